@@ -1,0 +1,25 @@
+/* fencefs public ioctl: rebind one open file to a fence token.
+ *
+ *   struct fencefs_token t = {.epoch = 8};           // or a signed token: .signature = hex
+ *   if (ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t) != 0) perror("fencefs token");
+ *
+ * Every later write, truncate, fallocate or copy through fd presents t.epoch. The same authority
+ * rules as `bind` apply: the caller is in the mount's issuer set, or the token is signed with the
+ * mount's key (HMAC-SHA256, see `fencectl sign`). Errors: EACCES (not authorised), EINVAL
+ * (malformed), ERANGE (more than max_jump above the epoch), ESTALE (the handle was already refused
+ * as stale: open the file again), ENOTTY (not a file on a fencefs mount).
+ */
+#ifndef FENCEFS_IOCTL_H
+#define FENCEFS_IOCTL_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+struct fencefs_token {
+  __u64 epoch;         /* 1 .. 9223372036854775807 */
+  char signature[64];  /* 64 lowercase hex digits of the HMAC, or all zero when unsigned */
+};
+
+#define FENCEFS_IOC_SET_TOKEN _IOW('F', 0x01, struct fencefs_token)
+
+#endif

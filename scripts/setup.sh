@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what fencefs needs (Debian packages, only when missing) and builds into build/.
+# Usage: scripts/setup.sh [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build: compiler, libraries. Test: tools the integration tests drive as legacy jobs.
+PKGS=(
+  build-essential cmake pkg-config git
+  libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev
+  attr rsync sqlite3 tar fio fiu-utils libfiu-dev
+  clang libclang-rt-14-dev util-linux procps python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+[ "${1:-}" = "--no-build" ] && exit 0
+
+BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
+cmake --build build -j"$(nproc)"
+echo "setup: built build/fencefs and build/fencectl"

@@ -1,0 +1,25 @@
+// fencectl subcommands. Each takes the arguments after its name and returns the exit status.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace fencefs::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_run(const Args& args);
+int cmd_advance(const Args& args);
+int cmd_status(const Args& args);
+int cmd_domain(const Args& args);
+int cmd_sign(const Args& args);
+int cmd_recover(const Args& args);
+int cmd_verify(const Args& args);
+int cmd_audit(const Args& args);
+
+// Shared helpers.
+[[noreturn]] void usage_error(const std::string& msg);  // prints, exits 2
+void fail(const std::string& msg);                      // prints "fencectl: msg"
+// Takes "--name VALUE" or "--name=VALUE" at args[*i]; true when matched.
+bool take_opt(const Args& args, size_t* i, const char* name, std::string* value);
+
+}  // namespace fencefs::cli

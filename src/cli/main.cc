@@ -1,0 +1,84 @@
+// fencectl: the operator's and the job wrapper's side of fencefs.
+#include <cstring>
+#include <iostream>
+
+#include "cli/commands.h"
+
+namespace fencefs::cli {
+
+const char* kUsage = R"(usage: fencectl COMMAND [ARGS...]
+
+Jobs:
+  run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
+        run CMD bound to token T for domain D of mount M; it and every descendant present T.
+        T may be a signed token EPOCH.SIGNATURE. With --user, bind as root, then drop to U.
+        Exit status: CMD's; 125 when the binding failed, 126/127 when CMD could not run.
+Coordinators:
+  advance --mount M DOMAIN TOKEN [--force]
+        raise DOMAIN's epoch to TOKEN now, durably: older tokens are refused from here on.
+        --force allows a jump beyond the mount's max_jump (issuers only).
+  sign --key FILE --domain D --epoch N
+        print a signed token EPOCH.SIGNATURE that anyone may bind (mount option token_key).
+  domain add PATH
+        declare the existing directory PATH (inside a mount) a domain with its own epoch.
+Operators:
+  status --mount M [--json]             domains, epochs, counters and bound processes
+  audit --mount M|--state DIR [--domain D] [--since TIME] [--decision D] [--json]
+                                        the audit trail, as a table or JSON lines
+  verify BACKING [--state DIR] [--json] check the journal and every file's stamp (exit 0 clean,
+                                        1 findings, 2 could not check)
+  recover --state DIR --floor N         offline: salvage a damaged journal and raise every
+                                        domain to at least N (when fencefs refuses to mount)
+
+Errors print the errno name and the daemon's reason, e.g.
+  fencectl: advance / 3 refused: ESTALE (stale token 3 < epoch 5)
+)";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  std::cerr << "fencectl: " << msg << "\n(see fencectl --help)\n";
+  exit(2);
+}
+
+void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
+
+bool take_opt(const Args& args, size_t* i, const char* name, std::string* value) {
+  const std::string& a = args[*i];
+  size_t n = strlen(name);
+  if (a == name) {
+    if (*i + 1 >= args.size()) usage_error(std::string(name) + " needs a value");
+    *value = args[++*i];
+    return true;
+  }
+  if (a.size() > n && a.compare(0, n, name) == 0 && a[n] == '=') {
+    *value = a.substr(n + 1);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace fencefs::cli
+
+int main(int argc, char* argv[]) {
+  using namespace fencefs::cli;
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+      !strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  Args args(argv + 2, argv + argc);
+  for (auto& a : args)
+    if ((a == "--help" || a == "-h") && cmd != "run") {
+      std::cout << kUsage;
+      return 0;
+    }
+  if (cmd == "run") return cmd_run(args);
+  if (cmd == "advance") return cmd_advance(args);
+  if (cmd == "status") return cmd_status(args);
+  if (cmd == "domain") return cmd_domain(args);
+  if (cmd == "sign") return cmd_sign(args);
+  if (cmd == "recover") return cmd_recover(args);
+  if (cmd == "verify") return cmd_verify(args);
+  if (cmd == "audit") return cmd_audit(args);
+  usage_error("unknown command '" + cmd + "'");
+}

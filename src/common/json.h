@@ -1,0 +1,29 @@
+// A small JSON reader for our own outputs (status, audit lines): enough to filter and print.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencefs::json {
+
+struct Value {
+  enum class Type { Null, Bool, Number, String, Array, Object } type = Type::Null;
+  bool b = false;
+  double num = 0;
+  std::string raw_number;  // exact digits, for integers beyond double precision
+  std::string str;
+  std::vector<Value> arr;
+  std::vector<std::pair<std::string, Value>> obj;  // in document order
+
+  const Value* get(std::string_view key) const;
+  std::string as_string() const;  // strings as-is, numbers as written, others as JSON-ish text
+  uint64_t as_u64() const;
+};
+
+// nullopt on malformed input (with *error saying where).
+std::optional<Value> parse(std::string_view text, std::string* error = nullptr);
+
+}  // namespace fencefs::json

@@ -1,0 +1,109 @@
+#include "common/proc.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+namespace fencefs::proc {
+namespace {
+
+bool slurp(const char* path, std::string* out) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[4096];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return false;
+  out->assign(buf, static_cast<size_t>(n));
+  return true;
+}
+
+std::string_view field_line(std::string_view text, std::string_view key) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    if (line.substr(0, key.size()) == key) return line.substr(key.size());
+    pos = end + 1;
+  }
+  return {};
+}
+
+template <typename T>
+bool parse_num(std::string_view s, T* v) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc();
+}
+
+}  // namespace
+
+std::optional<Stat> read_stat(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  std::string text;
+  if (!slurp(path, &text)) return std::nullopt;
+  // comm may hold spaces and parentheses: it ends at the last ')'.
+  size_t open = text.find('(');
+  size_t close = text.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
+  Stat st;
+  st.pid = pid;
+  st.comm = text.substr(open + 1, close - open - 1);
+  std::string_view rest(text);
+  rest.remove_prefix(close + 2);  // ") "
+  // Fields from 3 (state) on; ppid is field 4, starttime field 22.
+  int field = 3;
+  size_t pos = 0;
+  while (pos <= rest.size() && field <= 22) {
+    size_t end = rest.find(' ', pos);
+    if (end == std::string_view::npos) end = rest.size();
+    std::string_view tok = rest.substr(pos, end - pos);
+    if (field == 4 && !parse_num(tok, &st.ppid)) return std::nullopt;
+    if (field == 22 && !parse_num(tok, &st.start_time)) return std::nullopt;
+    ++field;
+    pos = end + 1;
+  }
+  if (field <= 22) return std::nullopt;
+  return st;
+}
+
+std::optional<pid_t> tgid_of(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", tid);
+  std::string text;
+  if (!slurp(path, &text)) return std::nullopt;
+  pid_t tgid = 0;
+  if (!parse_num(field_line(text, "Tgid:"), &tgid) || tgid <= 0) return std::nullopt;
+  return tgid;
+}
+
+std::vector<gid_t> groups_of(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  std::string text;
+  std::vector<gid_t> out;
+  if (!slurp(path, &text)) return out;
+  std::string_view line = field_line(text, "Groups:");
+  while (!line.empty()) {
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.empty()) break;
+    gid_t g = 0;
+    auto r = std::from_chars(line.data(), line.data() + line.size(), g);
+    if (r.ec != std::errc()) break;
+    out.push_back(g);
+    line.remove_prefix(static_cast<size_t>(r.ptr - line.data()));
+  }
+  return out;
+}
+
+std::string comm_of(pid_t pid) {
+  auto st = read_stat(pid);
+  return st ? st->comm : std::string();
+}
+
+}  // namespace fencefs::proc

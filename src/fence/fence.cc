@@ -1,0 +1,268 @@
+#include "fence/fence.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/log.h"
+#include "common/proc.h"
+
+namespace fencefs::fence {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string token_text(Epoch t) { return t ? std::to_string(t) : std::string(); }
+
+}  // namespace
+
+Fence::Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit)
+    : cfg_(std::move(cfg)), domains_(domains), store_(store), audit_(audit) {}
+
+std::string Fence::describe(const Target& t) const {
+  if (t.fd < 0) return t.name ? t.name : "";
+  char link[64], buf[4096];
+  snprintf(link, sizeof link, "/proc/self/fd/%d", t.fd);
+  ssize_t n = readlink(link, buf, sizeof buf - 1);
+  std::string p = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("?");
+  if (p.compare(0, cfg_.backing.size(), cfg_.backing) == 0) {
+    p = p.substr(cfg_.backing.size());
+    if (p.empty()) p = "/";
+  }
+  if (t.name) p = (p == "/" ? "" : p) + "/" + t.name;
+  return p;
+}
+
+void Fence::audit(audit::Event e, const Caller& c) const {
+  if (!audit_) return;
+  e.pid = c.pid;
+  e.uid = c.uid;
+  e.gid = c.gid;
+  if (e.comm.empty() && c.pid > 0) e.comm = proc::comm_of(c.pid);
+  audit_->record(e);
+}
+
+int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
+                  std::string message) {
+  d.refused[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+  audit::Event e;
+  e.op = op.name;
+  e.decision = "refused";
+  e.reason = reason_name(r);
+  e.domain = d.path;
+  e.path = describe(op.target);
+  if (op.target2.fd >= 0 || op.target2.name) e.path2 = describe(op.target2);
+  e.token = token_text(token);
+  e.epoch_before = e.epoch_after = d.epoch.load();
+  e.err = err;
+  e.message = std::move(message);
+  log::info("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, d.path, c.pid, e.message);
+  audit(std::move(e), c);
+  return err;
+}
+
+int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
+  std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
+  Epoch before = d.epoch.load();
+  if (before >= token) return 0;  // someone else advanced meanwhile; the caller re-judges
+  int err = store_.advance(d.id, token);
+  if (err) return err;
+  d.epoch.store(token, std::memory_order_release);
+  d.advances.fetch_add(1, std::memory_order_relaxed);
+  d.last_advance_unix_ns = now_ns();
+  lk.unlock();
+  audit::Event e;
+  e.op = op.name;
+  e.decision = "advanced";
+  e.domain = d.path;
+  e.path = describe(op.target);
+  e.token = token_text(token);
+  e.epoch_before = before;
+  e.epoch_after = token;
+  e.message = fmt::format("epoch {} -> {}", before, token);
+  log::info("domain {}: epoch {} -> {} by {} (pid {})", d.path, before, token, op.name, c.pid);
+  audit(std::move(e), c);
+  return 0;
+}
+
+int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op& op,
+                 Admission* out) {
+  if (stamp > d.epoch.load(std::memory_order_acquire)) {
+    Epoch seen = d.max_stamp.load();
+    while (stamp > seen && !d.max_stamp.compare_exchange_weak(seen, stamp)) {
+    }
+  }
+  for (;;) {
+    std::shared_lock lk(d.mu);
+    Epoch epoch = d.epoch.load(std::memory_order_acquire);
+    Epoch stamped = d.max_stamp.load(std::memory_order_acquire);
+    if (stamped > epoch && token < stamped) {
+      return refuse(d, Reason::Rollback, EIO, token, c, op,
+                    fmt::format("rollback detected: a file carries epoch {} but the domain's "
+                                "recorded epoch is {} (state restored from an older copy?); "
+                                "see `fencectl recover`",
+                                stamped, epoch));
+    }
+    switch (judge(token, epoch, cfg_.max_jump)) {
+      case Verdict::Missing:
+        return refuse(d, Reason::Missing, EPERM, token, c, op,
+                      "no fence token: bind one for this domain (fencectl run, or write "
+                      "'bind DOMAIN TOKEN' to .fencefs/ctl)");
+      case Verdict::Stale:
+        return refuse(d, Reason::Stale, ESTALE, token, c, op,
+                      fmt::format("stale token {} < epoch {}", token, epoch));
+      case Verdict::TooFar:
+        return refuse(d, Reason::TooFar, ERANGE, token, c, op,
+                      fmt::format("token {} is more than max_jump {} above epoch {}", token,
+                                  cfg_.max_jump, epoch));
+      case Verdict::Equal:
+        d.accepted.fetch_add(1, std::memory_order_relaxed);
+        out->first_ = std::move(lk);
+        out->token_ = token;
+        return 0;
+      case Verdict::Advance: {
+        lk.unlock();
+        int err = raise(d, token, c, op);
+        if (err) {
+          return refuse(d, Reason::Io, err, token, c, op,
+                        fmt::format("could not make epoch {} durable: {}", token,
+                                    strerror(err)));
+        }
+        continue;  // re-judge under the shared lock: a higher epoch may have landed since
+      }
+    }
+  }
+}
+
+int Fence::admit2(Domain& a, Epoch ta, Domain& b, Epoch tb, const Caller& c, const Op& op,
+                  Admission* out) {
+  if (&a == &b) return admit(a, ta, 0, c, op, out);
+  Domain* first = a.id < b.id ? &a : &b;
+  Domain* second = first == &a ? &b : &a;
+  Epoch tfirst = first == &a ? ta : tb;
+  Epoch tsecond = first == &a ? tb : ta;
+  Admission one, two;
+  int err = admit(*first, tfirst, 0, c, op, &one);
+  if (err) return err;
+  err = admit(*second, tsecond, 0, c, op, &two);
+  if (err) return err;
+  out->first_ = std::move(one.first_);
+  out->second_ = std::move(two.first_);
+  out->token_ = ta;
+  return 0;
+}
+
+int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why) {
+  Op op{"advance", {}, {}};
+  Epoch epoch = d.epoch.load();
+  if (token < epoch) {
+    *why = fmt::format("stale token {} < epoch {}", token, epoch);
+    return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
+  }
+  if (token == epoch) {
+    *why = fmt::format("domain {} already at epoch {}", d.path, epoch);
+    return 0;
+  }
+  if (!force && check_jump(d, token, why)) {
+    return refuse(d, Reason::TooFar, ERANGE, token, c, op, *why);
+  }
+  int err = raise(d, token, c, op);
+  if (err) {
+    *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
+    return refuse(d, Reason::Io, err, token, c, op, *why);
+  }
+  if (d.epoch.load() > token) {
+    *why = fmt::format("a higher epoch {} landed first", d.epoch.load());
+    return ESTALE;
+  }
+  *why = fmt::format("domain {} advanced to epoch {}", d.path, token);
+  return 0;
+}
+
+int Fence::apply_floor(Epoch floor, std::string* why) {
+  Caller self{getpid(), getuid(), getgid()};
+  for (Domain* d : domains_.all()) {
+    if (d->epoch.load() >= floor) continue;
+    int err = raise(*d, floor, self, Op{"floor", {}, {}});
+    if (err) {
+      *why = fmt::format("domain {}: could not apply floor {}: {}", d->path, floor, strerror(err));
+      return err;
+    }
+  }
+  *why = fmt::format("every domain is at epoch >= {}", floor);
+  return 0;
+}
+
+bool Fence::is_issuer(const Caller& c) const {
+  if (std::find(cfg_.issuer_uids.begin(), cfg_.issuer_uids.end(), c.uid) !=
+      cfg_.issuer_uids.end())
+    return true;
+  if (cfg_.issuer_gids.empty()) return false;
+  if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), c.gid) !=
+      cfg_.issuer_gids.end())
+    return true;
+  for (gid_t g : proc::groups_of(c.pid))
+    if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), g) != cfg_.issuer_gids.end())
+      return true;
+  return false;
+}
+
+int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool need_issuer,
+                     std::string* why) const {
+  if (is_issuer(c)) return 0;
+  if (need_issuer) {
+    *why = fmt::format("uid {} is not in the issuer set", c.uid);
+    return EACCES;
+  }
+  if (t.signature.empty()) {
+    *why = fmt::format("uid {} is not in the issuer set and the token is not signed", c.uid);
+    return EACCES;
+  }
+  if (cfg_.token_key.empty()) {
+    *why = "signed token, but this mount has no token_key";
+    return EACCES;
+  }
+  if (!verify(cfg_.token_key, d.path, t.epoch, t.signature)) {
+    *why = fmt::format("bad signature for domain {} epoch {}", d.path, t.epoch);
+    return EACCES;
+  }
+  return 0;
+}
+
+int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
+  Epoch epoch = d.epoch.load();
+  if (judge(token, epoch, cfg_.max_jump) == Verdict::TooFar) {
+    *why = fmt::format("token {} is more than max_jump {} above epoch {} of domain {}", token,
+                       cfg_.max_jump, epoch, d.path);
+    return ERANGE;
+  }
+  return 0;
+}
+
+int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why) {
+  std::lock_guard lk(domain_add_mu_);
+  if (domains_.by_path(rel)) {
+    *why = fmt::format("{} is already a domain", rel);
+    return EEXIST;
+  }
+  if (domains_.by_root_inode(dev, ino)) {
+    *why = fmt::format("{} is already a domain under another name", rel);
+    return EEXIST;
+  }
+  uint32_t id = domains_.next_id();
+  int err = store_.add_domain(id, rel);
+  if (err) {
+    *why = fmt::format("could not record domain {}: {}", rel, strerror(err));
+    return err;
+  }
+  domains_.add(id, rel, 0, dev, ino);
+  *why = fmt::format("domain {} declared at epoch 0", rel);
+  return 0;
+}
+
+}  // namespace fencefs::fence

@@ -1,0 +1,109 @@
+// The one module every mutation goes through: validate the token, compare it with the domain's
+// durable epoch, advance durably when it is higher, and hold the domain's shared lock while the
+// caller's mutation runs.
+#pragma once
+#include <sys/types.h>
+
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "audit/audit.h"
+#include "fence/domain.h"
+#include "fence/rule.h"
+#include "fence/token.h"
+#include "journal/journal.h"
+
+namespace fencefs::fence {
+
+constexpr Epoch kDefaultMaxJump = 1000000;
+
+struct Config {
+  std::string backing;  // canonical path of BACKING, to name files in messages
+  Epoch max_jump = kDefaultMaxJump;
+  std::vector<uid_t> issuer_uids{0};
+  std::vector<gid_t> issuer_gids;
+  std::string token_key;  // empty: signed tokens are not accepted
+};
+
+struct Caller {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// Names the object of an operation for the audit trail, resolved only when needed.
+struct Target {
+  int fd = -1;               // an fd in the daemon (O_PATH is fine), or -1
+  const char* name = nullptr;  // entry name below fd, or nullptr for fd itself
+};
+
+struct Op {
+  const char* name;  // "write", "create", ...
+  Target target;
+  Target target2;    // rename destination, link name
+};
+
+// Holds the shared lock(s) of the admitted domain(s) until destroyed: the mutation runs
+// between admit() and the end of the Admission's life.
+class Admission {
+ public:
+  Admission() = default;
+  Admission(Admission&&) = default;
+  Admission& operator=(Admission&&) = default;
+  Epoch token() const { return token_; }
+
+ private:
+  friend class Fence;
+  std::shared_lock<std::shared_mutex> first_, second_;
+  Epoch token_ = 0;
+};
+
+class Fence {
+ public:
+  Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit);
+
+  // 0 and *out holds the lock; or an errno (ESTALE, EPERM, ERANGE, EIO) and nothing may change.
+  // `stamp` is the last-epoch stamp of the object (0 when none or unknown).
+  int admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op& op, Admission* out);
+  // Two domains (rename, link across domains); locks taken in id order.
+  int admit2(Domain& a, Epoch ta, Domain& b, Epoch tb, const Caller& c, const Op& op,
+             Admission* out);
+
+  // The coordinated step: raise d's epoch to `token` now. Equal is a no-op; lower is ESTALE.
+  int advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why);
+  // Raise every domain to at least `floor` (recovery after a rollback). Audited.
+  int apply_floor(Epoch floor, std::string* why);
+
+  // May this caller present this token for this domain (bind, advance, ioctl)?
+  // need_issuer: signed tokens are not enough (force, domain add).
+  int authorize(const Caller& c, const Domain& d, const TokenText& t, bool need_issuer,
+                std::string* why) const;
+  bool is_issuer(const Caller& c) const;
+  // ERANGE when token is more than max_jump above d's epoch.
+  int check_jump(const Domain& d, Epoch token, std::string* why) const;
+
+  // Durably declares a domain rooted at the existing directory rel (relative path "/a/b").
+  int add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why);
+
+  void audit(audit::Event e, const Caller& c) const;
+  std::string describe(const Target& t) const;  // path relative to the mount root
+  const Config& config() const { return cfg_; }
+  DomainTable& domains() { return domains_; }
+  journal::StateStore& store() { return store_; }
+  audit::Log* audit_log() const { return audit_; }
+
+ private:
+  int raise(Domain& d, Epoch token, const Caller& c, const Op& op);
+  int refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
+             std::string message);
+
+  Config cfg_;
+  DomainTable& domains_;
+  journal::StateStore& store_;
+  audit::Log* audit_;
+  std::mutex domain_add_mu_;
+};
+
+}  // namespace fencefs::fence

@@ -1,0 +1,25 @@
+// The fencing rule, as a pure function: everything else calls it, nothing re-implements it.
+#pragma once
+#include "fence/token.h"
+
+namespace fencefs::fence {
+
+enum class Verdict {
+  Missing,  // no token presented: EPERM
+  Stale,    // token < epoch: ESTALE
+  Equal,    // token == epoch: allowed (subject to ordinary permissions)
+  Advance,  // token > epoch: make the new epoch durable, then allow
+  TooFar,   // token > epoch + max_jump: ERANGE (epoch squatting)
+};
+
+constexpr Verdict judge(Epoch token, Epoch epoch, Epoch max_jump) {
+  if (token == 0) return Verdict::Missing;
+  if (token < epoch) return Verdict::Stale;
+  if (token == epoch) return Verdict::Equal;
+  if (token - epoch > max_jump) return Verdict::TooFar;
+  return Verdict::Advance;
+}
+
+const char* verdict_name(Verdict v);
+
+}  // namespace fencefs::fence

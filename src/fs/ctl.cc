@@ -1,0 +1,383 @@
+// The virtual directory MOUNTPOINT/.fencefs: `ctl` takes commands (one per write), `status` is a
+// JSON snapshot of domains and bindings, `metrics` is Prometheus text.
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/proc.h"
+#include "ctl/protocol.h"
+#include "fencefs/ioctl.h"
+#include "fs/ops.h"
+
+namespace fencefs::fs {
+namespace {
+
+constexpr ino_t kCtlDirIno = 0x7ffffffffffff000;
+
+std::string token_str(const fence::TokenText& t) {
+  return t.signature.empty() ? std::to_string(t.epoch)
+                             : std::to_string(t.epoch) + "." + t.signature.substr(0, 8) + "…";
+}
+
+void audit_ctl(Fs& f, const fence::Caller& c, const char* op, const char* decision,
+               const char* reason, const std::string& domain, const std::string& token, int err,
+               const std::string& message) {
+  audit::Event e;
+  e.op = op;
+  e.decision = decision;
+  e.reason = reason;
+  e.domain = domain;
+  e.token = token;
+  e.err = err;
+  e.message = message;
+  if (Domain* d = f.fence().domains().by_path(domain)) e.epoch_before = e.epoch_after = d->epoch;
+  f.fence().audit(std::move(e), c);
+}
+
+int refuse_ctl(Fs& f, const fence::Caller& c, const char* op, fence::Reason r, Domain* d,
+               const std::string& domain, const std::string& token, int err,
+               const std::string& why) {
+  if (d) d->refused[static_cast<int>(r)].fetch_add(1);
+  log::info("ctl: refused {} {} from pid {} uid {}: {}", op, domain, c.pid, c.uid, why);
+  audit_ctl(f, c, op, "refused", fence::reason_name(r), domain, token, err, why);
+  return err;
+}
+
+// Resolves a domain path to an existing directory of BACKING without following symlinks.
+int resolve_dir(Fs& f, const std::string& rel, struct stat* st) {
+  if (rel == "/" || rel.rfind("/.fencefs", 0) == 0) return EINVAL;
+  open_how how{};
+  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int fd = static_cast<int>(syscall(SYS_openat2, f.root().fd, rel.c_str() + 1, &how, sizeof how));
+  if (fd < 0) return errno;
+  int r = fstat(fd, st);
+  int err = r == 0 ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
+  Fs& f = fs(req);
+  fence::Caller c = f.caller(req);
+  Domain* d = f.fence().domains().by_path(cmd.domain);
+  std::string tok = cmd.verb == ctl::Verb::Bind || cmd.verb == ctl::Verb::Advance
+                        ? token_str(cmd.token)
+                        : std::string();
+  const char* op = cmd.verb == ctl::Verb::Bind       ? "bind"
+                   : cmd.verb == ctl::Verb::Unbind   ? "unbind"
+                   : cmd.verb == ctl::Verb::Advance  ? "advance"
+                                                     : "domain_add";
+  if (!d && cmd.verb != ctl::Verb::DomainAdd) {
+    *reply = fmt::format("unknown domain {} (declare it with `fencectl domain add`)", cmd.domain);
+    return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, tok, EINVAL, *reply);
+  }
+  std::string why;
+  int err = 0;
+  switch (cmd.verb) {
+    case ctl::Verb::Bind:
+      if ((err = f.fence().authorize(c, *d, cmd.token, false, &why)))
+        return *reply = why,
+               refuse_ctl(f, c, op, fence::Reason::Unauthorised, d, cmd.domain, tok, err, why);
+      if ((err = f.fence().check_jump(*d, cmd.token.epoch, &why)))
+        return *reply = why,
+               refuse_ctl(f, c, op, fence::Reason::TooFar, d, cmd.domain, tok, err, why);
+      if ((err = f.bindings().bind(c.pid, d->id, cmd.token.epoch))) {
+        *reply = "caller vanished";
+        return err;
+      }
+      *reply = fmt::format("bound pid {} to token {} for domain {} (epoch {})", c.pid,
+                           cmd.token.epoch, d->path, d->epoch.load());
+      audit_ctl(f, c, op, "bound", "", cmd.domain, tok, 0, *reply);
+      return 0;
+    case ctl::Verb::Unbind:
+      f.bindings().unbind(c.pid, d->id);
+      *reply = fmt::format("unbound pid {} for domain {}", c.pid, d->path);
+      audit_ctl(f, c, op, "unbound", "", cmd.domain, "", 0, *reply);
+      return 0;
+    case ctl::Verb::Advance:
+      if ((err = f.fence().authorize(c, *d, cmd.token, cmd.force, &why)))
+        return *reply = why,
+               refuse_ctl(f, c, op, fence::Reason::Unauthorised, d, cmd.domain, tok, err, why);
+      err = f.fence().advance(*d, cmd.token.epoch, cmd.force, c, reply);
+      return err;
+    case ctl::Verb::DomainAdd: {
+      fence::TokenText none;
+      if ((err = f.fence().authorize(c, *f.fence().domains().root(), none, true, &why)))
+        return *reply = why, refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr,
+                                        cmd.domain, "", err, why);
+      struct stat st;
+      if ((err = resolve_dir(f, cmd.domain, &st))) {
+        *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain,
+                             strerror(err));
+        return err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
+      }
+      err = f.fence().add_domain(cmd.domain, st.st_dev, st.st_ino, reply);
+      if (!err) audit_ctl(f, c, op, "declared", "", cmd.domain, "", 0, *reply);
+      return err;
+    }
+  }
+  return EINVAL;
+}
+
+}  // namespace
+
+void Fs::fill_virtual(fuse_ino_t ino, struct stat* st) {
+  memset(st, 0, sizeof *st);
+  Inode* i = inode(ino);
+  st->st_nlink = 1;
+  st->st_uid = 0;
+  st->st_gid = 0;
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  st->st_mtim.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(now).count();
+  st->st_atim = st->st_ctim = st->st_mtim;
+  switch (i->kind) {
+    case Kind::CtlDir:
+      st->st_mode = S_IFDIR | 0755;
+      st->st_nlink = 2;
+      st->st_ino = kCtlDirIno;
+      break;
+    case Kind::CtlFile:
+      st->st_mode = S_IFREG | 0666;  // anyone may try; each command checks its authority
+      st->st_ino = kCtlDirIno + 1;
+      break;
+    case Kind::StatusFile:
+      st->st_mode = S_IFREG | 0444;
+      st->st_ino = kCtlDirIno + 2;
+      break;
+    case Kind::MetricsFile:
+      st->st_mode = S_IFREG | 0444;
+      st->st_ino = kCtlDirIno + 3;
+      break;
+    case Kind::Real:
+      break;
+  }
+}
+
+void ctl_lookup(fuse_req_t req, Inode& parent, const char* name) {
+  Fs& f = fs(req);
+  Inode* target = nullptr;
+  if (parent.kind == Kind::Real) {
+    target = &f.ctl_dir;  // ".fencefs" at the root
+  } else if (parent.kind == Kind::CtlDir) {
+    if (!strcmp(name, "ctl")) target = &f.ctl_file;
+    if (!strcmp(name, "status")) target = &f.status_file;
+    if (!strcmp(name, "metrics")) target = &f.metrics_file;
+  }
+  if (!target) return (void)fuse_reply_err(req, parent.kind == Kind::CtlDir ? ENOENT : ENOTDIR);
+  fuse_entry_param e;
+  memset(&e, 0, sizeof e);
+  e.ino = f.ino_of(target);
+  e.entry_timeout = f.opts().timeout;
+  e.attr_timeout = 0;
+  f.fill_virtual(e.ino, &e.attr);
+  fuse_reply_entry(req, &e);
+}
+
+void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
+  Fs& f = fs(req);
+  if (i.kind == Kind::CtlDir) return (void)fuse_reply_err(req, EISDIR);
+  bool writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+  if (writing && i.kind != Kind::CtlFile) return (void)fuse_reply_err(req, EACCES);
+  auto* h = new Handle;
+  h->inode = &i;
+  h->writable = writing;
+  if (i.kind == Kind::StatusFile) h->content = f.render_status_json();
+  if (i.kind == Kind::MetricsFile) h->content = f.render_metrics();
+  if (i.kind == Kind::CtlFile)
+    h->content =
+        "fencefs control file: write one command per write(2):\n"
+        "  bind DOMAIN TOKEN | unbind DOMAIN | advance DOMAIN TOKEN [force] | domain add DOMAIN\n";
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  fi->direct_io = 1;
+  fi->nonseekable = 0;
+  if (fuse_reply_open(req, fi) == -ENOENT) delete h;
+}
+
+void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off) {
+  if (off < 0 || static_cast<size_t>(off) >= h.content.size())
+    return (void)fuse_reply_buf(req, nullptr, 0);
+  size_t n = std::min(size, h.content.size() - static_cast<size_t>(off));
+  fuse_reply_buf(req, h.content.data() + off, n);
+}
+
+void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size) {
+  Fs& f = fs(req);
+  if (h.inode->kind != Kind::CtlFile) return (void)fuse_reply_err(req, EACCES);
+  ctl::ParseResult p = ctl::parse_command(std::string_view(buf, size));
+  if (!p.ok) {
+    h.content = "error: " + p.error + "\n";
+    refuse_ctl(f, f.caller(req), "ctl", fence::Reason::Malformed, nullptr, "", "", EINVAL,
+               p.error);
+    return (void)fuse_reply_err(req, EINVAL);
+  }
+  std::string reply;
+  int err = execute(req, p.command, &reply);
+  h.content = (err ? "error: " : "ok: ") + reply + "\n";
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_write(req, size);
+}
+
+void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus) {
+  Fs& f = fs(req);
+  struct Ent {
+    const char* name;
+    Inode* i;
+  } ents[] = {{".", &f.ctl_dir},
+              {"..", &f.root()},
+              {"ctl", &f.ctl_file},
+              {"status", &f.status_file},
+              {"metrics", &f.metrics_file}};
+  std::string buf(size, '\0');
+  size_t used = 0;
+  for (off_t k = off; k < static_cast<off_t>(std::size(ents)); k++) {
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    if (ents[k].i->kind != Kind::Real) f.fill_virtual(f.ino_of(ents[k].i), &st);
+    else st.st_mode = S_IFDIR, st.st_ino = 1;
+    size_t n;
+    if (plus) {
+      fuse_entry_param e;
+      memset(&e, 0, sizeof e);
+      e.attr = st;
+      bool real = k >= 2;  // . and .. are not looked up
+      if (real) e.ino = f.ino_of(ents[k].i);
+      n = fuse_add_direntry_plus(req, buf.data() + used, size - used, ents[k].name, &e, k + 1);
+    } else {
+      n = fuse_add_direntry(req, buf.data() + used, size - used, ents[k].name, &st, k + 1);
+    }
+    if (n > size - used) break;
+    used += n;
+  }
+  fuse_reply_buf(req, buf.data(), used);
+}
+
+int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size) {
+  Fs& f = fs(req);
+  fence::Caller c = f.caller(req);
+  if (in_size != sizeof(fencefs_token)) return EINVAL;
+  fencefs_token t;
+  memcpy(&t, in, sizeof t);
+  std::string text = std::to_string(t.epoch);
+  bool has_sig = false;
+  for (char ch : t.signature) has_sig |= ch != 0;
+  if (has_sig) text += "." + std::string(t.signature, strnlen(t.signature, sizeof t.signature));
+  auto tt = fence::parse_token_text(text);
+  Domain& d = *h.domain;
+  if (!tt) return refuse_ctl(f, c, "ioctl", fence::Reason::Malformed, &d, d.path, text, EINVAL,
+                             "malformed token in FENCEFS_IOC_SET_TOKEN");
+  std::string why;
+  int err = f.fence().authorize(c, d, *tt, false, &why);
+  if (err) return refuse_ctl(f, c, "ioctl", fence::Reason::Unauthorised, &d, d.path,
+                             token_str(*tt), err, why);
+  if (h.stale.load())
+    return refuse_ctl(f, c, "ioctl", fence::Reason::Stale, &d, d.path, token_str(*tt), ESTALE,
+                      "this handle was refused as stale; open the file again");
+  if ((err = f.fence().check_jump(d, tt->epoch, &why)))
+    return refuse_ctl(f, c, "ioctl", fence::Reason::TooFar, &d, d.path, token_str(*tt), err, why);
+  h.token = tt->epoch;
+  audit_ctl(f, c, "ioctl", "bound", "", d.path, token_str(*tt), 0,
+            fmt::format("handle rebound to token {}", tt->epoch));
+  return 0;
+}
+
+std::string Fs::render_status_json() {
+  auto& store = fence_.store();
+  journal::Stats js = store.stats();
+  std::string out = fmt::format(
+      "{{\"backing\":\"{}\",\"state\":\"{}\",\"max_jump\":{},\"journal\":{{\"poisoned\":{},"
+      "\"bytes\":{},\"snapshot_bytes\":{},\"syncs\":{},\"compactions\":{},"
+      "\"sync_failures\":{}}},\"domains\":[",
+      audit::json_escape(opts_.backing), audit::json_escape(opts_.state_dir),
+      fence_.config().max_jump, store.poisoned() ? "true" : "false", js.journal_bytes,
+      js.snapshot_bytes, js.syncs, js.compactions, js.sync_failures);
+  auto bindings = bindings_.list();
+  bool first = true;
+  for (Domain* d : fence_.domains().all()) {
+    out += first ? "" : ",";
+    first = false;
+    out += fmt::format(
+        "{{\"id\":{},\"path\":\"{}\",\"epoch\":{},\"last_advance_unix_ns\":{},\"accepted\":{},"
+        "\"advances\":{},\"refused\":{{",
+        d->id, audit::json_escape(d->path), d->epoch.load(), d->last_advance_unix_ns.load(),
+        d->accepted.load(), d->advances.load());
+    for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
+      out += fmt::format("{}\"{}\":{}", r ? "," : "", fence::reason_name(fence::Reason(r)),
+                         d->refused[r].load());
+    out += "},\"bound\":[";
+    bool fb = true;
+    for (auto& b : bindings) {
+      auto t = b.tokens.find(d->id);
+      if (t == b.tokens.end()) continue;
+      out += fmt::format("{}{{\"pid\":{},\"comm\":\"{}\",\"token\":{}}}", fb ? "" : ",", b.pid,
+                         audit::json_escape(b.comm), t->second);
+      fb = false;
+    }
+    out += "]}";
+  }
+  out += "]}\n";
+  return out;
+}
+
+std::string Fs::render_metrics() {
+  std::string out;
+  auto domains = fence_.domains().all();
+  auto label = [](const std::string& s) {
+    std::string o;
+    for (char c : s) {
+      if (c == '\\' || c == '"') o += '\\';
+      if (c == '\n') {
+        o += "\\n";
+        continue;
+      }
+      o += c;
+    }
+    return o;
+  };
+  out += "# HELP fencefs_epoch Durable epoch (high-water mark) of each domain.\n";
+  out += "# TYPE fencefs_epoch gauge\n";
+  for (Domain* d : domains)
+    out += fmt::format("fencefs_epoch{{domain=\"{}\"}} {}\n", label(d->path), d->epoch.load());
+  out += "# HELP fencefs_operations_total Fenced operations by domain and result.\n";
+  out += "# TYPE fencefs_operations_total counter\n";
+  for (Domain* d : domains) {
+    out += fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"accepted\"}} {}\n",
+                       label(d->path), d->accepted.load());
+    for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
+      out += fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"{}\"}} {}\n",
+                         label(d->path), fence::reason_name(fence::Reason(r)),
+                         d->refused[r].load());
+  }
+  out += "# HELP fencefs_advances_total Epoch advances by domain.\n";
+  out += "# TYPE fencefs_advances_total counter\n";
+  for (Domain* d : domains)
+    out += fmt::format("fencefs_advances_total{{domain=\"{}\"}} {}\n", label(d->path),
+                       d->advances.load());
+  journal::Stats js = fence_.store().stats();
+  out += "# HELP fencefs_journal_bytes Size of the epoch journal.\n# TYPE fencefs_journal_bytes gauge\n";
+  out += fmt::format("fencefs_journal_bytes {}\n", js.journal_bytes);
+  out += "# HELP fencefs_journal_syncs_total fdatasync calls on the journal.\n"
+         "# TYPE fencefs_journal_syncs_total counter\n";
+  out += fmt::format("fencefs_journal_syncs_total {}\n", js.syncs);
+  out += "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
+         "# TYPE fencefs_journal_poisoned gauge\n";
+  out += fmt::format("fencefs_journal_poisoned {}\n", fence_.store().poisoned() ? 1 : 0);
+  if (auto* a = fence_.audit_log()) {
+    out += "# HELP fencefs_audit_bytes Size of the current audit log file.\n"
+           "# TYPE fencefs_audit_bytes gauge\n";
+    out += fmt::format("fencefs_audit_bytes {}\n", a->bytes());
+    out += "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
+           "# TYPE fencefs_audit_write_failures_total counter\n";
+    out += fmt::format("fencefs_audit_write_failures_total {}\n", a->failures());
+  }
+  out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
+  out += fmt::format("fencefs_inodes {}\n", n_inodes.load());
+  return out;
+}
+
+}  // namespace fencefs::fs

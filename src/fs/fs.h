@@ -1,0 +1,134 @@
+// Shared state of the FUSE layer: the inode table (O_PATH fds keyed by (ino, dev), in the manner
+// of libfuse's passthrough_hp), open-file handles, and the virtual .fencefs directory.
+#pragma once
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "fence/bindings.h"
+#include "fence/fence.h"
+
+namespace fencefs::fs {
+
+using fence::Domain;
+using fence::Epoch;
+
+enum class Kind : uint8_t { Real, CtlDir, CtlFile, StatusFile, MetricsFile };
+
+constexpr Epoch kStampUnknown = ~0ULL;
+
+struct Inode {
+  int fd = -1;  // O_PATH
+  dev_t dev = 0;
+  ino_t ino = 0;
+  mode_t type = 0;  // S_IFMT bits
+  Kind kind = Kind::Real;
+  std::atomic<uint64_t> nlookup{0};
+  std::atomic<Domain*> domain{nullptr};
+  std::atomic<uint64_t> domain_gen{0};
+  std::atomic<Epoch> stamp{kStampUnknown};  // last-epoch stamp, loaded lazily
+  std::mutex stamp_mu;                       // orders stamp writes
+};
+
+struct Handle {
+  int fd = -1;
+  Inode* inode = nullptr;
+  Domain* domain = nullptr;
+  std::atomic<Epoch> token{0};  // captured at open; rebindable by ioctl
+  bool writable = false;
+  std::atomic<bool> stale{false};  // once refused as stale, refused for good
+  std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
+  // Virtual files: the content served, and the reply to the last ctl command.
+  std::string content;
+};
+
+struct Options {
+  std::string backing;  // canonical
+  std::string state_dir;
+  double timeout = 5.0;  // entry and attribute cache, seconds: sound since all changes pass here
+  bool stamps = true;    // the backing supports trusted.* xattrs
+};
+
+class Fs {
+ public:
+  Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd);
+  ~Fs();
+
+  const Options& opts() const { return opts_; }
+  fence::Fence& fence() { return fence_; }
+  fence::Bindings& bindings() { return bindings_; }
+
+  Inode& root() { return root_; }
+  Inode* inode(fuse_ino_t ino);
+  fuse_ino_t ino_of(Inode* i) const;
+  // Looks up (or creates) the inode for an entry; fills e. 0 or errno.
+  int do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e);
+  void forget_one(fuse_ino_t ino, uint64_t n);
+  int stat_inode(Inode& i, struct stat* st);
+  void fill_virtual(fuse_ino_t ino, struct stat* st);
+
+  // The domain holding an inode (recomputed from its path when domains changed).
+  Domain& domain_of(Inode& i);
+  // Reads the inode's stamp (cached after the first read).
+  Epoch stamp_of(Inode& i);
+  // Records epoch `e` (and current size/mtime) as the inode's stamp. fd: a real fd or -1.
+  void stamp(Inode& i, int fd, Epoch e);
+
+  fence::Caller caller(fuse_req_t req) const;
+  // Token the caller presents for a domain (process binding), 0 when none.
+  Epoch token_for(fuse_req_t req, Domain& d);
+
+  std::string proc_path(int fd) const;  // "/proc/self/fd/N"
+  bool is_state_name(Inode& parent, const char* name) const;
+
+  // Virtual inodes (the .fencefs directory).
+  Inode ctl_dir, ctl_file, status_file, metrics_file;
+  std::string render_status_json();
+  std::string render_metrics();
+
+  std::atomic<uint64_t> n_inodes{0};
+
+ private:
+  Options opts_;
+  fence::Fence& fence_;
+  fence::Bindings& bindings_;
+  Inode root_;
+  std::mutex table_mu_;
+  std::map<std::pair<ino_t, dev_t>, std::unique_ptr<Inode>> table_;
+};
+
+Fs& fs(fuse_req_t req);
+const fuse_lowlevel_ops& operations();
+
+// Runs filesystem calls that create objects as the caller (fsuid/fsgid), so ownership and setgid
+// inheritance are native; DAC overrides stay raised since the kernel already checked permissions.
+class AsCaller {
+ public:
+  explicit AsCaller(fuse_req_t req);
+  ~AsCaller();
+  AsCaller(const AsCaller&) = delete;
+  AsCaller& operator=(const AsCaller&) = delete;
+
+ private:
+  bool switched_ = false;
+};
+
+// Handlers, one group per file.
+void ctl_lookup(fuse_req_t req, Inode& parent, const char* name);
+void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi);
+void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off);
+void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size);
+void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus);
+int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size);
+
+inline Handle* handle_of(fuse_file_info* fi) { return reinterpret_cast<Handle*>(fi->fh); }
+inline bool is_virtual(const Inode& i) { return i.kind != Kind::Real; }
+
+}  // namespace fencefs::fs

@@ -1,0 +1,220 @@
+// The inode table, domains and stamps of inodes, credentials of the caller.
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/fsuid.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+
+#include "common/log.h"
+#include "fs/fs.h"
+
+namespace fencefs::fs {
+namespace {
+
+constexpr const char* kStampXattr = "trusted.fencefs.stamp";
+
+// "v1 epoch=N size=S mtime=SEC.NSEC"
+Epoch parse_stamp_epoch(std::string_view v) {
+  size_t p = v.find("epoch=");
+  if (p == std::string_view::npos) return 0;
+  v.remove_prefix(p + 6);
+  Epoch e = 0;
+  std::from_chars(v.data(), v.data() + v.size(), e);
+  return e;
+}
+
+}  // namespace
+
+Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd)
+    : opts_(std::move(opts)), fence_(fence), bindings_(bindings) {
+  struct stat st;
+  if (fstat(root_fd, &st) != 0) throw std::runtime_error("stat of backing failed");
+  root_.fd = root_fd;
+  root_.dev = st.st_dev;
+  root_.ino = st.st_ino;
+  root_.type = S_IFDIR;
+  root_.nlookup = 2;
+  root_.domain = fence.domains().root();
+  root_.domain_gen = ~0ULL;  // the root always belongs to the root domain
+  ctl_dir.kind = Kind::CtlDir;
+  ctl_dir.type = S_IFDIR;
+  ctl_file.kind = Kind::CtlFile;
+  status_file.kind = Kind::StatusFile;
+  metrics_file.kind = Kind::MetricsFile;
+  for (Inode* v : {&ctl_file, &status_file, &metrics_file}) v->type = S_IFREG;
+}
+
+Fs::~Fs() {
+  for (auto& [k, i] : table_)
+    if (i->fd >= 0) ::close(i->fd);
+  if (root_.fd >= 0) ::close(root_.fd);
+}
+
+Inode* Fs::inode(fuse_ino_t ino) {
+  if (ino == FUSE_ROOT_ID) return &root_;
+  return reinterpret_cast<Inode*>(ino);
+}
+
+fuse_ino_t Fs::ino_of(Inode* i) const {
+  if (i == &root_) return FUSE_ROOT_ID;
+  return reinterpret_cast<fuse_ino_t>(i);
+}
+
+std::string Fs::proc_path(int fd) const { return "/proc/self/fd/" + std::to_string(fd); }
+
+bool Fs::is_state_name(Inode& parent, const char* name) const {
+  return &parent == &root_ && strcmp(name, ".fencefs") == 0;
+}
+
+int Fs::stat_inode(Inode& i, struct stat* st) {
+  if (fstatat(i.fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) return errno;
+  return 0;
+}
+
+int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
+  Inode& p = *inode(parent);
+  memset(e, 0, sizeof *e);
+  e->attr_timeout = opts_.timeout;
+  e->entry_timeout = opts_.timeout;
+  int fd = openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return errno;
+  struct stat st;
+  if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    int err = errno;
+    ::close(fd);
+    return err;
+  }
+  e->attr = st;
+  std::unique_lock lk(table_mu_);
+  auto& slot = table_[{st.st_ino, st.st_dev}];
+  Inode* i = slot.get();
+  if (i) {
+    ::close(fd);
+  } else {
+    slot = std::make_unique<Inode>();
+    i = slot.get();
+    i->fd = fd;
+    i->dev = st.st_dev;
+    i->ino = st.st_ino;
+    i->type = st.st_mode & S_IFMT;
+    n_inodes++;
+    // A directory that roots a domain belongs to it; anything else to its parent's domain.
+    Domain* d = nullptr;
+    if (S_ISDIR(st.st_mode) && fence_.domains().size() > 1)
+      d = fence_.domains().by_root_inode(st.st_dev, st.st_ino);
+    lk.unlock();
+    if (!d) d = &domain_of(p);
+    i->domain = d;
+    i->domain_gen = fence_.domains().generation();
+    lk.lock();
+  }
+  i->nlookup++;
+  e->ino = ino_of(i);
+  return 0;
+}
+
+void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
+  Inode* i = inode(ino);
+  if (i == &root_ || is_virtual(*i)) return;
+  std::lock_guard lk(table_mu_);
+  if (i->nlookup.fetch_sub(n) == n) {
+    ::close(i->fd);
+    table_.erase({i->ino, i->dev});
+    n_inodes--;
+  }
+}
+
+Domain& Fs::domain_of(Inode& i) {
+  if (&i == &root_) return *fence_.domains().root();
+  uint64_t gen = fence_.domains().generation();
+  Domain* d = i.domain.load(std::memory_order_acquire);
+  if (d && i.domain_gen.load(std::memory_order_acquire) == gen) return *d;
+  // Domains changed since this inode was placed: find it again by its current path.
+  char buf[PATH_MAX];
+  ssize_t n = readlink(proc_path(i.fd).c_str(), buf, sizeof buf - 1);
+  Domain* found = nullptr;
+  if (n > 0) {
+    std::string_view p(buf, static_cast<size_t>(n));
+    const std::string& b = opts_.backing;
+    if (p.size() >= b.size() && p.substr(0, b.size()) == b &&
+        (p.size() == b.size() || p[b.size()] == '/') && p.find(" (deleted)") == p.npos) {
+      std::string rel(p.substr(b.size()));
+      if (rel.empty()) rel = "/";
+      found = fence_.domains().deepest(rel);
+    }
+  }
+  if (!found) found = d ? d : fence_.domains().root();  // unlinked: keep what it had
+  i.domain.store(found, std::memory_order_release);
+  i.domain_gen.store(gen, std::memory_order_release);
+  return *found;
+}
+
+Epoch Fs::stamp_of(Inode& i) {
+  Epoch s = i.stamp.load(std::memory_order_acquire);
+  if (s != kStampUnknown) return s;
+  Epoch e = 0;
+  if (opts_.stamps && i.type == S_IFREG) {
+    char buf[128];
+    ssize_t n = getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
+    if (n > 0) e = parse_stamp_epoch(std::string_view(buf, static_cast<size_t>(n)));
+  }
+  Epoch expected = kStampUnknown;
+  i.stamp.compare_exchange_strong(expected, e);
+  return i.stamp.load();
+}
+
+void Fs::stamp(Inode& i, int fd, Epoch e) {
+  if (!opts_.stamps || i.type != S_IFREG) return;
+  std::lock_guard lk(i.stamp_mu);
+  Epoch cur = stamp_of(i);
+  if (e < cur) e = cur;  // stamps never go down, whatever order handles close in
+  struct stat st;
+  int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
+  if (r != 0) return;
+  std::string v = fmt::format("v1 epoch={} size={} mtime={}.{:09d}", e, st.st_size,
+                              st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
+              : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+  if (r != 0) {
+    log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), strerror(errno));
+    return;
+  }
+  i.stamp.store(e, std::memory_order_release);
+}
+
+fence::Caller Fs::caller(fuse_req_t req) const {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return fence::Caller{c->pid, c->uid, c->gid};
+}
+
+Epoch Fs::token_for(fuse_req_t req, Domain& d) {
+  return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
+}
+
+AsCaller::AsCaller(fuse_req_t req) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  if (c->uid == 0 && c->gid == 0) return;
+  // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
+  syscall(SYS_setfsgid, c->gid);
+  syscall(SYS_setfsuid, c->uid);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) == 0) {
+    uint32_t dac = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
+    data[0].effective |= dac & data[0].permitted;
+    syscall(SYS_capset, &hdr, data);
+  }
+  switched_ = true;
+}
+
+AsCaller::~AsCaller() {
+  if (!switched_) return;
+  syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
+  syscall(SYS_setfsgid, 0);
+}
+
+}  // namespace fencefs::fs

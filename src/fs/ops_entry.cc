@@ -1,0 +1,231 @@
+// Namespace operations: lookup, attributes, and everything that adds, removes or renames entries.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fs/ops.h"
+
+namespace fencefs::fs {
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  Fs& f = fs(req);
+  Inode& p = *f.inode(parent);
+  if (is_virtual(p) || f.is_state_name(p, name)) return ctl_lookup(req, p, name);
+  fuse_entry_param e;
+  int err = f.do_lookup(parent, name, &e);
+  if (err == ENOENT) {
+    // Negative entries may be cached: every creation passes through this daemon.
+    e.ino = 0;
+    return (void)fuse_reply_entry(req, &e);
+  }
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_entry(req, &e);
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+  fs(req).forget_one(ino, nlookup);
+  fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t count, fuse_forget_data* forgets) {
+  Fs& f = fs(req);
+  for (size_t i = 0; i < count; i++) f.forget_one(forgets[i].ino, forgets[i].nlookup);
+  fuse_reply_none(req);
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  struct stat st;
+  if (is_virtual(i)) {
+    f.fill_virtual(ino, &st);
+    return (void)fuse_reply_attr(req, &st, 0);
+  }
+  int err = f.stat_inode(i, &st);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_attr(req, &st, f.opts().timeout);
+}
+
+void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fuse_file_info* fi) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (is_virtual(i)) {
+    // `echo … > ctl` truncates before writing: accept a size change, nothing else.
+    if ((valid & ~(FUSE_SET_ATTR_SIZE | FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                   FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW | FUSE_SET_ATTR_CTIME)) ||
+        i.kind != Kind::CtlFile)
+      return (void)fuse_reply_err(req, EPERM);
+    struct stat st;
+    f.fill_virtual(ino, &st);
+    return (void)fuse_reply_attr(req, &st, 0);
+  }
+  // Only ftruncate(2) passes a handle here; it presents the handle's token.
+  Handle* h = fi && handle_of(fi)->writable ? handle_of(fi) : nullptr;
+  fence::Admission a;
+  int err = h ? admit_handle(req, *h, "setattr", &a)
+              : admit_at(req, i, nullptr, "setattr", &a, f.stamp_of(i));
+  if (err) return (void)fuse_reply_err(req, err);
+  std::string path = f.proc_path(i.fd);
+  int fd = h ? h->fd : -1;
+  int res = 0;
+  if (valid & FUSE_SET_ATTR_MODE) {
+    res = fd >= 0 ? fchmod(fd, attr->st_mode) : fchmodat(AT_FDCWD, path.c_str(), attr->st_mode, 0);
+    if (res) return (void)fuse_reply_err(req, errno);
+  }
+  if (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+    uid_t uid = (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : static_cast<uid_t>(-1);
+    gid_t gid = (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : static_cast<gid_t>(-1);
+    res = fchownat(i.fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+    if (res) return (void)fuse_reply_err(req, errno);
+  }
+  if (valid & FUSE_SET_ATTR_SIZE) {
+    res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(path.c_str(), attr->st_size);
+    if (res) return (void)fuse_reply_err(req, errno);
+  }
+  if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
+    struct timespec tv[2];
+    tv[0].tv_sec = tv[1].tv_sec = 0;
+    tv[0].tv_nsec = tv[1].tv_nsec = UTIME_OMIT;
+    if (valid & FUSE_SET_ATTR_ATIME_NOW)
+      tv[0].tv_nsec = UTIME_NOW;
+    else if (valid & FUSE_SET_ATTR_ATIME)
+      tv[0] = attr->st_atim;
+    if (valid & FUSE_SET_ATTR_MTIME_NOW)
+      tv[1].tv_nsec = UTIME_NOW;
+    else if (valid & FUSE_SET_ATTR_MTIME)
+      tv[1] = attr->st_mtim;
+    res = fd >= 0 ? futimens(fd, tv) : utimensat(AT_FDCWD, path.c_str(), tv, 0);
+    if (res) return (void)fuse_reply_err(req, errno);
+  }
+  f.stamp(i, fd, a.token());
+  a = fence::Admission();
+  struct stat st;
+  err = f.stat_inode(i, &st);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_attr(req, &st, f.opts().timeout);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  char buf[PATH_MAX + 1];
+  ssize_t n = readlinkat(i.fd, "", buf, sizeof buf);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (n >= static_cast<ssize_t>(sizeof buf)) return (void)fuse_reply_err(req, ENAMETOOLONG);
+  buf[n] = 0;
+  fuse_reply_readlink(req, buf);
+}
+
+// mknod, mkdir, symlink: admit in the parent's domain, create as the caller, then look it up.
+static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev,
+                      const char* link, const char* opname) {
+  Fs& f = fs(req);
+  Inode& p = *f.inode(parent);
+  if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
+  fence::Admission a;
+  int err = admit_at(req, p, name, opname, &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  int res;
+  {
+    AsCaller as(req);
+    if (link)
+      res = symlinkat(link, p.fd, name);
+    else if (S_ISDIR(mode))
+      res = mkdirat(p.fd, name, mode);
+    else
+      res = mknodat(p.fd, name, mode, rdev);
+  }
+  if (res != 0) return (void)fuse_reply_err(req, errno);
+  fuse_entry_param e;
+  err = f.do_lookup(parent, name, &e);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (S_ISREG(mode)) f.stamp(*f.inode(e.ino), -1, a.token());
+  fuse_reply_entry(req, &e);
+}
+
+void op_mknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
+  make_node(req, parent, name, mode, rdev, nullptr, "mknod");
+}
+
+void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
+  make_node(req, parent, name, S_IFDIR | mode, 0, nullptr, "mkdir");
+}
+
+void op_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  make_node(req, parent, name, S_IFLNK, 0, link, "symlink");
+}
+
+void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  Inode& np = *f.inode(newparent);
+  if (is_virtual(i) || is_virtual(np) || f.is_state_name(np, newname))
+    return (void)fuse_reply_err(req, EPERM);
+  Domain& di = f.domain_of(i);
+  Domain& dn = f.domain_of(np);
+  fence::Admission a;
+  fence::Op op{"link", {i.fd, nullptr}, {np.fd, newname}};
+  int err = f.fence().admit2(di, f.token_for(req, di), dn, f.token_for(req, dn), f.caller(req),
+                             op, &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (linkat(i.fd, "", np.fd, newname, AT_EMPTY_PATH) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_entry_param e;
+  err = f.do_lookup(newparent, newname, &e);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_entry(req, &e);
+}
+
+// A domain's root directory is pinned, like a mount point: it cannot be removed or renamed.
+static bool is_domain_root(Fs& f, Inode& parent, const char* name) {
+  if (f.fence().domains().size() <= 1) return false;
+  struct stat st;
+  if (fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return false;
+  return f.fence().domains().by_root_inode(st.st_dev, st.st_ino) != nullptr;
+}
+
+static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
+  Fs& f = fs(req);
+  Inode& p = *f.inode(parent);
+  if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
+  if (dir && is_domain_root(f, p, name)) return (void)fuse_reply_err(req, EBUSY);
+  fence::Admission a;
+  int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) != 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_err(req, 0);
+}
+
+void op_unlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  remove_entry(req, parent, name, false);
+}
+
+void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
+  remove_entry(req, parent, name, true);
+}
+
+void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+               const char* newname, unsigned int flags) {
+  Fs& f = fs(req);
+  if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
+  Inode& p = *f.inode(parent);
+  Inode& np = *f.inode(newparent);
+  if (is_virtual(p) || is_virtual(np) || f.is_state_name(p, name) ||
+      f.is_state_name(np, newname))
+    return (void)fuse_reply_err(req, EPERM);
+  if (is_domain_root(f, p, name) || is_domain_root(f, np, newname))
+    return (void)fuse_reply_err(req, EBUSY);
+  Domain& d1 = f.domain_of(p);
+  Domain& d2 = f.domain_of(np);
+  fence::Admission a;
+  fence::Op op{"rename", {p.fd, name}, {np.fd, newname}};
+  int err = f.fence().admit2(d1, f.token_for(req, d1), d2, f.token_for(req, d2), f.caller(req),
+                             op, &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
+  if (&d1 != &d2) f.fence().domains().bump_generation();  // moved entries: re-place lazily
+  fuse_reply_err(req, 0);
+}
+
+}  // namespace fencefs::fs

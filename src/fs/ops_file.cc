@@ -1,0 +1,207 @@
+// File data: open and create capture the caller's token in the handle; every later mutation
+// through the handle presents that token.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "fs/ops.h"
+#include "fencefs/ioctl.h"
+
+namespace fencefs::fs {
+
+int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
+             fence::Admission* out, Epoch stamp) {
+  Fs& f = fs(req);
+  Domain& d = f.domain_of(obj);
+  fence::Op op{opname, {obj.fd, name}, {}};
+  return f.fence().admit(d, f.token_for(req, d), stamp, f.caller(req), op, out);
+}
+
+int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out) {
+  Fs& f = fs(req);
+  fence::Op op{opname, {h.inode->fd, nullptr}, {}};
+  int err = f.fence().admit(*h.domain, h.token.load(), 0, f.caller(req), op, out);
+  if (err == ESTALE) h.stale = true;
+  if (!err && f.stamp_of(*h.inode) < out->token()) f.stamp(*h.inode, h.fd, out->token());
+  if (!err) h.dirty.store(true, std::memory_order_relaxed);
+  return err;
+}
+
+static bool wants_write(int flags) {
+  return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
+}
+
+static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writable) {
+  auto* h = new Handle;
+  h->fd = fd;
+  h->inode = &i;
+  h->domain = d;
+  h->token = token;
+  h->writable = writable;
+  return h;
+}
+
+static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
+  // Handles that may write bypass the page cache: every write reaches the daemon, and shared
+  // writable mmap is refused by the kernel (ENODEV), since its writeback could not be fenced.
+  fi->direct_io = writable;
+  fi->keep_cache = 0;
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (is_virtual(i)) return ctl_open(req, i, fi);
+  bool writable = wants_write(fi->flags);
+  Domain* d = &f.domain_of(i);
+  fence::Admission a;
+  Epoch token = 0;
+  if (writable) {
+    int err = admit_at(req, i, nullptr, "open", &a, f.stamp_of(i));
+    if (err) return (void)fuse_reply_err(req, err);
+    token = a.token();
+  }
+  int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY);
+  int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  Handle* h = new_handle(fd, i, d, token, writable);
+  if (writable && (fi->flags & O_TRUNC)) {
+    f.stamp(i, fd, token);
+    h->dirty = true;
+  }
+  a = fence::Admission();
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  set_open_flags(f, fi, writable);
+  if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
+    ::close(fd);
+    delete h;
+  }
+}
+
+void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
+               fuse_file_info* fi) {
+  Fs& f = fs(req);
+  Inode& p = *f.inode(parent);
+  if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
+  fence::Admission a;
+  int err = admit_at(req, p, name, "create", &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  int fd;
+  {
+    AsCaller as(req);
+    fd = openat(p.fd, name, (fi->flags | O_CREAT) & ~O_NOFOLLOW, mode);
+  }
+  if (fd < 0) return (void)fuse_reply_err(req, errno);
+  fuse_entry_param e;
+  err = f.do_lookup(parent, name, &e);
+  if (err) {
+    ::close(fd);
+    return (void)fuse_reply_err(req, err);
+  }
+  Inode& i = *f.inode(e.ino);
+  f.stamp(i, fd, a.token());
+  Handle* h = new_handle(fd, i, &f.domain_of(p), a.token(), true);
+  a = fence::Admission();
+  fi->fh = reinterpret_cast<uint64_t>(h);
+  set_open_flags(f, fi, true);
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+    ::close(fd);
+    delete h;
+  }
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return ctl_read(req, h, size, off);
+  fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+  buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
+  buf.buf[0].fd = h.fd;
+  buf.buf[0].pos = off;
+  fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
+              fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return ctl_write(req, h, data, size);
+  fence::Admission a;
+  int err = admit_handle(req, h, "write", &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  ssize_t n = pwrite(h.fd, data, size, off);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_write(req, static_cast<size_t>(n));
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return (void)fuse_reply_err(req, 0);
+  // Like close(2) of a dup: reports delayed errors of the backing filesystem (NFS and such).
+  int fd = dup(h.fd);
+  int res = fd >= 0 ? ::close(fd) : -1;
+  fuse_reply_err(req, res == 0 ? 0 : errno);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
+  Fs& f = fs(req);
+  Handle* h = handle_of(fi);
+  if (h->inode->kind == Kind::Real && h->dirty.load()) f.stamp(*h->inode, h->fd, h->token.load());
+  if (h->fd >= 0) ::close(h->fd);
+  delete h;
+  fuse_reply_err(req, 0);
+}
+
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return (void)fuse_reply_err(req, 0);
+  int res = datasync ? fdatasync(h.fd) : fsync(h.fd);
+  fuse_reply_err(req, res == 0 ? 0 : errno);
+}
+
+void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+                  fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return (void)fuse_reply_err(req, EPERM);
+  fence::Admission a;
+  int err = admit_handle(req, h, "fallocate", &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  int res = fallocate(h.fd, mode, off, len);
+  fuse_reply_err(req, res == 0 ? 0 : errno);
+}
+
+void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_info* fi_in,
+                        fuse_ino_t ino_out, off_t off_out, fuse_file_info* fi_out, size_t len,
+                        int flags) {
+  Handle& in = *handle_of(fi_in);
+  Handle& out = *handle_of(fi_out);
+  if (in.inode->kind != Kind::Real || out.inode->kind != Kind::Real)
+    return (void)fuse_reply_err(req, EXDEV);
+  fence::Admission a;
+  int err = admit_handle(req, out, "copy_file_range", &a);
+  if (err) return (void)fuse_reply_err(req, err);
+  ssize_t n = copy_file_range(in.fd, &off_in, out.fd, &off_out, len, static_cast<unsigned>(flags));
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_write(req, static_cast<size_t>(n));
+}
+
+void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_info* fi) {
+  Handle& h = *handle_of(fi);
+  if (h.inode->kind != Kind::Real) return (void)fuse_reply_err(req, ESPIPE);
+  off_t res = lseek(h.fd, off, whence);
+  if (res < 0) return (void)fuse_reply_err(req, errno);
+  fuse_reply_lseek(req, res);
+}
+
+void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
+              unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
+  if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);
+  Handle& h = *handle_of(fi);
+  if (cmd != FENCEFS_IOC_SET_TOKEN || h.inode->kind != Kind::Real)
+    return (void)fuse_reply_err(req, ENOTTY);
+  int err = ctl_ioctl_set_token(req, h, in_buf, in_bufsz);
+  if (err) return (void)fuse_reply_err(req, err);
+  fuse_reply_ioctl(req, 0, nullptr, 0);
+}
+
+}  // namespace fencefs::fs

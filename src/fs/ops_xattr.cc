@@ -1,0 +1,97 @@
+// Extended attributes. user.fencefs.* are virtual and read-only; trusted.fencefs.* hold the
+// stamps in BACKING and are neither visible nor writable through the mount.
+#include <sys/xattr.h>
+
+#include <cstring>
+#include <string>
+
+#include "fs/ops.h"
+
+namespace fencefs::fs {
+namespace {
+
+bool reserved(const char* name) {
+  return strncmp(name, "user.fencefs.", 13) == 0 || strncmp(name, "trusted.fencefs.", 16) == 0;
+}
+
+void reply_value(fuse_req_t req, const std::string& v, size_t size) {
+  if (size == 0) return (void)fuse_reply_xattr(req, v.size());
+  if (v.size() > size) return (void)fuse_reply_err(req, ERANGE);
+  fuse_reply_buf(req, v.data(), v.size());
+}
+
+}  // namespace
+
+void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value, size_t size,
+                 int flags) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
+  fence::Admission a;
+  int err = admit_at(req, i, nullptr, "setxattr", &a, f.stamp_of(i));
+  if (err) return (void)fuse_reply_err(req, err);
+  if (setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) != 0)
+    return (void)fuse_reply_err(req, errno);
+  f.stamp(i, -1, a.token());
+  fuse_reply_err(req, 0);
+}
+
+void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
+  fence::Admission a;
+  int err = admit_at(req, i, nullptr, "removexattr", &a, f.stamp_of(i));
+  if (err) return (void)fuse_reply_err(req, err);
+  if (removexattr(f.proc_path(i.fd).c_str(), name) != 0) return (void)fuse_reply_err(req, errno);
+  f.stamp(i, -1, a.token());
+  fuse_reply_err(req, 0);
+}
+
+void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (strncmp(name, "user.fencefs.", 13) == 0) {
+    if (is_virtual(i)) return (void)fuse_reply_err(req, ENODATA);
+    std::string key = name + 13;
+    Domain& d = f.domain_of(i);
+    if (key == "epoch") return reply_value(req, std::to_string(d.epoch.load()), size);
+    if (key == "domain") return reply_value(req, d.path, size);
+    if (key == "last_epoch") {
+      Epoch s = f.stamp_of(i);
+      if (s == 0) return (void)fuse_reply_err(req, ENODATA);
+      return reply_value(req, std::to_string(s), size);
+    }
+    return (void)fuse_reply_err(req, ENODATA);
+  }
+  if (is_virtual(i) || strncmp(name, "trusted.fencefs.", 16) == 0)
+    return (void)fuse_reply_err(req, ENODATA);
+  std::string v(size, '\0');
+  ssize_t n = getxattr(f.proc_path(i.fd).c_str(), name, size ? v.data() : nullptr, size);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
+  fuse_reply_buf(req, v.data(), static_cast<size_t>(n));
+}
+
+void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  if (is_virtual(i)) return size ? (void)fuse_reply_buf(req, nullptr, 0)
+                                 : (void)fuse_reply_xattr(req, 0);
+  std::string path = f.proc_path(i.fd);
+  ssize_t n = listxattr(path.c_str(), nullptr, 0);
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  std::string raw(static_cast<size_t>(n) + 256, '\0');
+  n = listxattr(path.c_str(), raw.data(), raw.size());
+  if (n < 0) return (void)fuse_reply_err(req, errno);
+  std::string out;
+  for (size_t p = 0; p < static_cast<size_t>(n);) {
+    const char* nm = raw.data() + p;
+    size_t len = strlen(nm);
+    if (strncmp(nm, "trusted.fencefs.", 16) != 0) out.append(nm, len + 1);
+    p += len + 1;
+  }
+  reply_value(req, out, size);
+}
+
+}  // namespace fencefs::fs

@@ -1,0 +1,80 @@
+// The durable state of a mount: declared domains and their epochs (high-water marks).
+// Format: docs/journal-format.md. Recovery = snapshot + journal replay.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "journal/file_layer.h"
+
+namespace fencefs::journal {
+
+struct DomainRecord {
+  uint32_t id = 0;     // 0 is the root domain "/"
+  std::string path;    // "/" or "/a/b", relative to the mount root
+  uint64_t epoch = 0;  // durable high-water mark
+};
+
+struct RecoveryReport {
+  bool created = false;            // the state was initialised by this open
+  bool torn_tail_cut = false;      // a partial or zeroed last record was cut
+  uint64_t torn_tail_offset = 0;   // byte offset where the valid prefix of `journal` ends
+  uint64_t records_replayed = 0;
+  std::string incarnation;         // hex id of this state's lineage
+  uint64_t generation = 0;         // bumped by every compaction
+  std::vector<std::string> messages;  // human-readable, for logs and the audit trail
+};
+
+struct Options {
+  uint64_t compact_threshold_bytes = 4u << 20;  // journal size that triggers a snapshot
+  bool create_if_missing = false;               // initialise an empty/missing dir
+};
+
+struct Stats {
+  uint64_t journal_bytes = 0;
+  uint64_t snapshot_bytes = 0;
+  uint64_t syncs = 0;          // fdatasync calls on the journal
+  uint64_t records = 0;        // records appended since open
+  uint64_t compactions = 0;
+  uint64_t sync_failures = 0;
+};
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+  // Recovers the state in `dir`. Returns nullptr on failure with *error naming the file and the
+  // byte offset ("DIR/journal: bad CRC at byte 123 ...").
+  static std::unique_ptr<StateStore> open(const std::string& dir, const Options& opts,
+                                          FileLayer& fs, std::string* error);
+
+  virtual std::vector<DomainRecord> domains() const = 0;
+  virtual const RecoveryReport& report() const = 0;
+
+  // Durably raises a domain's epoch; returns only after the record is synced (group commit:
+  // concurrent callers share one fdatasync). 0, EINVAL (epoch not above the current durable one,
+  // unknown domain) or EIO (sync failed, or the store is poisoned). A failed sync poisons the store.
+  virtual int advance(uint32_t domain_id, uint64_t epoch) = 0;
+  // Durably declares a new domain at epoch 0. EEXIST if id or path exists, EIO as above.
+  virtual int add_domain(uint32_t id, const std::string& path) = 0;
+  // Rewrites the whole state as a fresh snapshot + empty journal; clears poison when it succeeds.
+  virtual int rewrite() = 0;
+  virtual bool poisoned() const = 0;
+  virtual Stats stats() const = 0;
+};
+
+// Offline repair (`fencectl recover --state DIR --floor N`): salvages the longest valid prefix,
+// raises every domain to at least `floor`, writes a fresh snapshot and journal (new incarnation).
+// Returns 0 or an errno; *report describes what was found and done.
+int recover_offline(const std::string& dir, uint64_t floor, FileLayer& fs, std::string* report);
+
+// Offline check (`fencectl verify`): framing, CRCs, chaining, monotonic epochs. Never writes.
+struct CheckResult {
+  bool readable = false;                // false: could not check at all
+  std::vector<std::string> findings;    // empty when clean
+  std::vector<DomainRecord> domains;    // state as recovered from the valid prefix
+};
+CheckResult check(const std::string& dir, FileLayer& fs);
+
+}  // namespace fencefs::journal

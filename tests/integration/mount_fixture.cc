@@ -1,0 +1,279 @@
+#include "integration/mount_fixture.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+namespace fencefs::testing {
+namespace {
+
+std::mutex g_mu;
+std::set<std::string>& live_mounts() {
+  static std::set<std::string> s;
+  return s;
+}
+
+// Whatever a test does, no mount outlives the test binary.
+void sweep_mounts() {
+  std::lock_guard lk(g_mu);
+  for (const auto& m : live_mounts()) {
+    std::string cmd = "fusermount3 -u -z '" + m + "' >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      // already gone
+    }
+  }
+}
+
+bool in_proc_mounts(const std::string& mnt) {
+  std::ifstream in("/proc/mounts");
+  std::string dev, dir, rest;
+  while (in >> dev >> dir) {
+    std::getline(in, rest);
+    if (dir == mnt) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int sh(const std::string& cmd) {
+  int st = std::system(cmd.c_str());
+  if (st == -1) return -1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string sh_out(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) {
+    if (status) *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int st = pclose(p);
+  if (status) *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return out;
+}
+
+Mount::Mount(std::vector<std::string> extra, std::function<void(const std::string&)> prepare)
+    : extra_(std::move(extra)) {
+  static bool registered = [] {
+    std::atexit(sweep_mounts);
+    return true;
+  }();
+  (void)registered;
+  char tmpl[] = "/tmp/fencefs-test-XXXXXX";
+  char* d = mkdtemp(tmpl);
+  if (!d) throw std::runtime_error("mkdtemp failed");
+  root_ = d;
+  backing_ = root_ + "/backing";
+  mnt_ = root_ + "/mnt";
+  log_ = root_ + "/daemon.log";
+  ::mkdir(backing_.c_str(), 0755);
+  ::mkdir(mnt_.c_str(), 0755);
+  if (prepare) prepare(backing_);
+  int st = try_mount(extra_);
+  if (st != -1000) {
+    ADD_FAILURE() << "fencefs did not mount (status " << st << "): " << daemon_log();
+  }
+}
+
+Mount::~Mount() {
+  if (mounted() || pid_ > 0) unmount();
+  {
+    std::lock_guard lk(g_mu);
+    live_mounts().erase(mnt_);
+  }
+  if (!root_.empty() && std::getenv("FENCEFS_KEEP_TEST_DIRS") == nullptr) {
+    sh("rm -rf '" + root_ + "'");
+  }
+}
+
+std::string Mount::path(std::string_view rel) const { return mnt_ + "/" + std::string(rel); }
+std::string Mount::bpath(std::string_view rel) const {
+  return backing_ + "/" + std::string(rel);
+}
+
+int Mount::ctl(std::string_view line) const {
+  int fd = ::open(ctl_path().c_str(), O_WRONLY | O_TRUNC);
+  if (fd < 0) return errno;
+  ssize_t n = ::write(fd, line.data(), line.size());
+  int err = n < 0 ? errno : 0;
+  ::close(fd);
+  return err;
+}
+
+bool Mount::mounted() const { return in_proc_mounts(mnt_); }
+
+int Mount::try_mount(std::vector<std::string> extra) {
+  extra_ = std::move(extra);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    std::vector<std::string> args = {FENCEFS_BIN, "-f"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
+    args.push_back(backing_);
+    args.push_back(mnt_);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (mounted()) {
+      std::lock_guard lk(g_mu);
+      live_mounts().insert(mnt_);
+      return -1000;
+    }
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      pid_ = -1;
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  pid_ = -1;
+  return -1;
+}
+
+int Mount::unmount() {
+  if (mounted()) sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
+  int status = -1;
+  if (pid_ > 0) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    int st;
+    while (true) {
+      pid_t r = waitpid(pid_, &st, WNOHANG);
+      if (r == pid_) {
+        status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &st, 0);
+        status = 128 + SIGKILL;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    pid_ = -1;
+  }
+  std::lock_guard lk(g_mu);
+  live_mounts().erase(mnt_);
+  return status;
+}
+
+void Mount::kill9() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+  sh("fusermount3 -u -z '" + mnt_ + "' 2>/dev/null");
+  std::lock_guard lk(g_mu);
+  live_mounts().erase(mnt_);
+}
+
+bool Mount::remount() { return try_mount(extra_) == -1000; }
+
+std::string Mount::daemon_log() const {
+  std::ifstream in(log_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int in_child(const std::function<int()>& fn) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = fn();
+    } catch (...) {
+      rc = 99;
+    }
+    fflush(nullptr);
+    _exit(rc);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+namespace {
+void hash_walk(const std::string& base, const std::string& rel, std::ostringstream& out) {
+  std::string p = rel.empty() ? base : base + "/" + rel;
+  struct stat st;
+  if (lstat(p.c_str(), &st) != 0) return;
+  out << rel << '|' << std::oct << st.st_mode << std::dec << '|' << st.st_uid << '|' << st.st_gid
+      << '|' << (S_ISDIR(st.st_mode) ? 0 : st.st_size) << '|' << st.st_mtim.tv_sec << '.'
+      << st.st_mtim.tv_nsec << '|';
+  if (S_ISREG(st.st_mode)) {
+    std::ifstream in(p, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(in)), {});
+    out << std::hash<std::string>{}(data);
+  } else if (S_ISLNK(st.st_mode)) {
+    char buf[4096];
+    ssize_t n = readlink(p.c_str(), buf, sizeof buf);
+    if (n > 0) out << std::string(buf, n);
+  }
+  char names[8192];
+  ssize_t n = llistxattr(p.c_str(), names, sizeof names);
+  for (ssize_t i = 0; i < n;) {
+    std::string name(names + i);
+    i += name.size() + 1;
+    if (name.rfind("user.", 0) != 0) continue;
+    char val[4096];
+    ssize_t vn = lgetxattr(p.c_str(), name.c_str(), val, sizeof val);
+    out << '[' << name << '=' << std::string(val, vn > 0 ? vn : 0) << ']';
+  }
+  out << '\n';
+  if (S_ISDIR(st.st_mode)) {
+    std::vector<std::string> kids;
+    if (DIR* d = opendir(p.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        if (rel.empty() && name == ".fencefs") continue;  // the state, not user data
+        kids.push_back(name);
+      }
+      closedir(d);
+    }
+    std::sort(kids.begin(), kids.end());
+    for (auto& k : kids) hash_walk(base, rel.empty() ? k : rel + "/" + k, out);
+  }
+}
+}  // namespace
+
+std::string tree_hash(const std::string& dir) {
+  std::ostringstream out;
+  hash_walk(dir, "", out);
+  return out.str();
+}
+
+}  // namespace fencefs::testing

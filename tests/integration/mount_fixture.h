@@ -1,0 +1,64 @@
+// A real fencefs mount in a temp dir, always unmounted (RAII + an atexit sweep).
+#pragma once
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fencefs::testing {
+
+// Runs a shell command, returns its exit status (or -1). Output goes to the test log.
+int sh(const std::string& cmd);
+// Runs a shell command and captures stdout.
+std::string sh_out(const std::string& cmd, int* status = nullptr);
+
+class Mount {
+ public:
+  // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments
+  // (e.g. {"-o", "max_jump=10"}). prepare runs on BACKING before mounting.
+  explicit Mount(std::vector<std::string> extra = {},
+                 std::function<void(const std::string& backing)> prepare = {});
+  ~Mount();
+  Mount(const Mount&) = delete;
+  Mount& operator=(const Mount&) = delete;
+
+  const std::string& root() const { return root_; }
+  const std::string& backing() const { return backing_; }
+  const std::string& mnt() const { return mnt_; }
+  std::string ctl_path() const { return mnt_ + "/.fencefs/ctl"; }
+  std::string path(std::string_view rel) const;  // mnt/rel
+  std::string bpath(std::string_view rel) const; // backing/rel
+  pid_t daemon_pid() const { return pid_; }
+
+  // Writes `line` to the control file from THIS process (binding this process).
+  // Returns 0 or the errno of the write.
+  int ctl(std::string_view line) const;
+  bool mounted() const;
+  // Clean unmount (fusermount3 -u), waits for the daemon; returns its exit status.
+  int unmount();
+  // SIGKILL the daemon, detach the mount.
+  void kill9();
+  // Mounts again with the same arguments (after unmount or kill9). Returns false on failure.
+  bool remount();
+  // Starts fencefs with these args and waits for the mount; returns the daemon's exit status if it
+  // exited instead (e.g. refused to mount), else -1000 and the mount is up.
+  int try_mount(std::vector<std::string> extra);
+  std::string daemon_log() const;  // stderr of the daemon so far
+
+ private:
+  std::string root_, backing_, mnt_, log_;
+  std::vector<std::string> extra_;
+  pid_t pid_ = -1;
+};
+
+// Forks; in the child runs fn() and _exit()s with its return value. Returns the child's exit
+// status (or 128+signal).
+int in_child(const std::function<int()>& fn);
+
+// Hash of every path, type, mode, uid, gid, size, content and user xattr below dir (stable order),
+// to prove a refused operation changed nothing.
+std::string tree_hash(const std::string& dir);
+
+}  // namespace fencefs::testing
