@@ -1,6 +1,7 @@
 // fencefs BACKING MOUNTPOINT: mount a fenced view of BACKING.
 #include <dirent.h>
 #include <grp.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -398,5 +399,8 @@ int main(int argc, char* argv[]) {
   free(copts.mountpoint);
   fuse_opt_free_args(&args);
   log::info("unmounted {}", mnt);
-  return ret == 0 ? 0 : 1;
+  // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
+  bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP;
+  if (!clean) log::error("session ended with error {}", ret);
+  return clean ? 0 : 1;
 }

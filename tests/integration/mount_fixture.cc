@@ -81,6 +81,7 @@ Mount::Mount(std::vector<std::string> extra, std::function<void(const std::strin
   char* d = mkdtemp(tmpl);
   if (!d) throw std::runtime_error("mkdtemp failed");
   root_ = d;
+  ::chmod(root_.c_str(), 0755);  // non-root test users must reach the mountpoint
   backing_ = root_ + "/backing";
   mnt_ = root_ + "/mnt";
   log_ = root_ + "/daemon.log";
