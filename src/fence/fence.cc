@@ -21,8 +21,30 @@ std::string token_text(Epoch t) { return t ? std::to_string(t) : std::string(); 
 
 }  // namespace
 
-Fence::Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit)
-    : cfg_(std::move(cfg)), domains_(domains), store_(store), audit_(audit) {}
+Fence::Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit,
+             HighWater* highwater)
+    : cfg_(std::move(cfg)),
+      domains_(domains),
+      store_(store),
+      audit_(audit),
+      highwater_(highwater) {}
+
+std::vector<std::string> Fence::check_rollback() {
+  std::vector<std::string> out;
+  if (!highwater_) return out;
+  auto marks = highwater_->load();
+  for (Domain* d : domains_.all()) {
+    auto it = marks.find(d->path);
+    if (it == marks.end() || it->second <= d->epoch.load()) continue;
+    Epoch seen = d->max_stamp.load();
+    if (it->second > seen) d->max_stamp = it->second;
+    out.push_back(fmt::format(
+        "rollback detected: domain {} was at epoch {} but the state says {} (restored from an "
+        "older copy?); tokens below {} are refused with EIO until a floor is applied",
+        d->path, it->second, d->epoch.load(), it->second));
+  }
+  return out;
+}
 
 std::string Fence::describe(const Target& t) const {
   if (t.fd < 0) return t.name ? t.name : "";
@@ -73,6 +95,7 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   int err = store_.advance(d.id, token);
   if (err) return err;
   d.epoch.store(token, std::memory_order_release);
+  if (highwater_) highwater_->record(d.path, token);
   d.advances.fetch_add(1, std::memory_order_relaxed);
   d.last_advance_unix_ns = now_ns();
   lk.unlock();

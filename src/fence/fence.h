@@ -11,6 +11,7 @@
 
 #include "audit/audit.h"
 #include "fence/domain.h"
+#include "fence/highwater.h"
 #include "fence/rule.h"
 #include "fence/token.h"
 #include "journal/journal.h"
@@ -62,7 +63,13 @@ class Admission {
 
 class Fence {
  public:
-  Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit);
+  Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit,
+        HighWater* highwater = nullptr);
+
+  // Compares the high-water copy in BACKING with the journal's epochs: a domain whose journal
+  // epoch is lower was rolled back, and refuses every token below the copy (EIO) until healed by
+  // a token at least that high or a floor. Returns a message per rolled-back domain.
+  std::vector<std::string> check_rollback();
 
   // 0 and *out holds the lock; or an errno (ESTALE, EPERM, ERANGE, EIO) and nothing may change.
   // `stamp` is the last-epoch stamp of the object (0 when none or unknown).
@@ -103,6 +110,7 @@ class Fence {
   DomainTable& domains_;
   journal::StateStore& store_;
   audit::Log* audit_;
+  HighWater* highwater_;
   std::mutex domain_add_mu_;
 };
 

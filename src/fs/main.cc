@@ -276,8 +276,13 @@ int main(int argc, char* argv[]) {
     uint64_t stamped = 0;
     int rfd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     uint64_t highest = rfd >= 0 ? max_stamp(rfd, 0, &stamped) : 0;
+    fence::HighWater probe(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    for (auto& [path, e] : probe.load()) {
+      highest = std::max(highest, e);
+      stamped++;
+    }
     if (stamped > 0 && !a.init)
-      die(fmt::format("no state in {}, but {} file(s) in {} carry fencefs stamps up to epoch {}: "
+      die(fmt::format("no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
                       "the state was lost, moved or not restored. Restore it, point state= at "
                       "it, or pass --init to start anew with every domain at epoch {}",
                       state, stamped, backing, highest, highest));
@@ -315,7 +320,17 @@ int main(int argc, char* argv[]) {
   if (a.audit_max_bytes) aopts.max_bytes = parse_u64(a.audit_max_bytes, "audit_max_bytes");
   if (a.audit_keep) aopts.keep = static_cast<int>(parse_u64(a.audit_keep, "audit_keep"));
   audit::Log audit_log(aopts);
-  fence::Fence fence(cfg, domains, *store, &audit_log);
+  fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  fence::Fence fence(cfg, domains, *store, &audit_log, &highwater);
+  for (const std::string& msg : fence.check_rollback()) {
+    log::error("{}", msg);
+    audit::Event e;
+    e.op = "mount";
+    e.decision = "refused";
+    e.reason = "rollback";
+    e.message = msg;
+    fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
+  }
 
   uint64_t floor = a.floor ? parse_u64(a.floor, "floor") : 0;
   floor = std::max(floor, init_floor);

@@ -130,14 +130,22 @@ int Mount::try_mount(std::vector<std::string> extra) {
       dup2(fd, 1);
       dup2(fd, 2);
     }
-    std::vector<std::string> args = {FENCEFS_BIN, "-f"};
-    args.insert(args.end(), extra_.begin(), extra_.end());
+    std::vector<std::string> args;
+    std::vector<std::string> extra = extra_;
+    auto fiu = std::find(extra.begin(), extra.end(), "--fiu");
+    if (fiu != extra.end()) {  // fault injection: libfiu's POSIX wrappers, controlled by fiu-ctrl
+      extra.erase(fiu);
+      args = {"/usr/bin/fiu-run", "-x"};
+    }
+    args.push_back(FENCEFS_BIN);
+    args.push_back("-f");
+    args.insert(args.end(), extra.begin(), extra.end());
     args.push_back(backing_);
     args.push_back(mnt_);
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    execv(argv[0], argv.data());
+    execv(argv[0], argv.data());  // fiu-run execs the daemon: the pid stays the daemon's
     _exit(127);
   }
   pid_ = pid;

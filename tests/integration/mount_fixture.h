@@ -17,7 +17,8 @@ std::string sh_out(const std::string& cmd, int* status = nullptr);
 class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments
-  // (e.g. {"-o", "max_jump=10"}). prepare runs on BACKING before mounting.
+  // (e.g. {"-o", "max_jump=10"}; "--fiu" runs it under `fiu-run -x`). prepare runs on BACKING
+  // before mounting.
   explicit Mount(std::vector<std::string> extra = {},
                  std::function<void(const std::string& backing)> prepare = {});
   ~Mount();

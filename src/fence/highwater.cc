@@ -1,0 +1,66 @@
+#include "fence/highwater.h"
+
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace fencefs::fence {
+
+HighWater::HighWater(int dir_fd) : fd_(dir_fd) {}
+HighWater::~HighWater() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string HighWater::encode(const std::map<std::string, Epoch>& m) {
+  std::string out = "v1\n";
+  for (auto& [p, e] : m) out += p + " " + std::to_string(e) + "\n";
+  return out;
+}
+
+std::map<std::string, Epoch> HighWater::decode(std::string_view text) {
+  std::map<std::string, Epoch> m;
+  size_t pos = text.find('\n');
+  if (pos == std::string_view::npos || text.substr(0, pos) != "v1") return m;
+  text.remove_prefix(pos + 1);
+  while (!text.empty()) {
+    size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    size_t sp = line.rfind(' ');
+    if (sp != std::string_view::npos) {
+      Epoch e = 0;
+      auto r = std::from_chars(line.data() + sp + 1, line.data() + line.size(), e);
+      if (r.ec == std::errc()) m[std::string(line.substr(0, sp))] = e;
+    }
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+  return m;
+}
+
+std::map<std::string, Epoch> HighWater::load() {
+  std::lock_guard lk(mu_);
+  if (!loaded_) {
+    char buf[65536];
+    ssize_t n = fgetxattr(fd_, kXattr, buf, sizeof buf);
+    if (n > 0) cur_ = decode(std::string_view(buf, static_cast<size_t>(n)));
+    loaded_ = true;
+  }
+  return cur_;
+}
+
+void HighWater::record(const std::string& domain, Epoch epoch) {
+  load();
+  std::lock_guard lk(mu_);
+  Epoch& e = cur_[domain];
+  if (e >= epoch) return;
+  e = epoch;
+  std::string v = encode(cur_);
+  if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
+    log::warn("cannot record high-water mark in BACKING: {}", strerror(errno));
+}
+
+}  // namespace fencefs::fence

@@ -1,0 +1,235 @@
+// Issue 3 end to end: epochs survive kill -9 under load, fsync failures fail closed, and a state
+// restored from an older copy is caught.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "integration/mount_fixture.h"
+
+using namespace fencefs::testing;
+
+namespace {
+
+#define E(call) ((call) < 0 ? errno : 0)
+
+uint64_t epoch_of(const std::string& path) {
+  char buf[64];
+  ssize_t n = getxattr(path.c_str(), "user.fencefs.epoch", buf, sizeof buf);
+  return n < 0 ? 0 : std::stoull(std::string(buf, n));
+}
+
+std::map<int, uint64_t> read_log(const std::string& path) {  // "domain epoch" lines: max per domain
+  std::map<int, uint64_t> m;
+  std::ifstream in(path);
+  int d;
+  uint64_t e;
+  while (in >> d >> e) m[d] = std::max(m[d], e);
+  return m;
+}
+
+void append(int fd, int domain, uint64_t e) {
+  std::string line = std::to_string(domain) + " " + std::to_string(e) + "\n";
+  if (write(fd, line.data(), line.size()) < 0) _exit(90);
+}
+
+}  // namespace
+
+// Concurrent advancing writers log what they attempt and what was acknowledged; the daemon is
+// killed at a random moment; after remount every domain is at least its highest acknowledged
+// epoch and at most its highest attempted one.
+TEST(Durability, KillNineDuringConcurrentAdvances) {
+  constexpr int kDomains = 4;
+  constexpr int kCycles = 20;
+  Mount m;
+  for (int d = 0; d < kDomains; d++) {
+    ASSERT_EQ(0, in_child([&] {
+                if (m.ctl("bind / 1")) return 1;
+                return E(mkdir(m.path("d" + std::to_string(d)).c_str(), 0755));
+              }));
+    ASSERT_EQ(0, sh(std::string(FENCECTL_BIN) + " domain add '" + m.path("d" + std::to_string(d)) +
+                    "' >/dev/null"));
+  }
+  std::string attempted = m.root() + "/attempted", acked = m.root() + "/acked";
+  std::mt19937 rng(12345);
+  uint64_t next = 1;
+  for (int cycle = 0; cycle < kCycles; cycle++) {
+    std::vector<pid_t> kids;
+    for (int d = 0; d < kDomains; d++) {
+      uint64_t base = next + static_cast<uint64_t>(d) * 100000;
+      pid_t pid = fork();
+      if (pid == 0) {
+        int att = open(attempted.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+        int ack = open(acked.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+        std::string dom = "/d" + std::to_string(d);
+        for (uint64_t k = 0; k < 100000; k++) {
+          uint64_t e = base + k;
+          append(att, d, e);
+          int err;
+          if (k % 2 == 0) {
+            err = m.ctl("advance " + dom + " " + std::to_string(e));
+          } else {  // advance by a write: bind the higher token and create a file
+            err = m.ctl("bind " + dom + " " + std::to_string(e));
+            if (!err) {
+              int fd = open(m.path("d" + std::to_string(d) + "/f" + std::to_string(k % 8)).c_str(),
+                            O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              err = fd < 0 ? errno : 0;
+              if (fd >= 0) close(fd);
+            }
+          }
+          if (err) _exit(0);  // the daemon is gone
+          append(ack, d, e);
+        }
+        _exit(0);
+      }
+      kids.push_back(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 200));
+    m.kill9();
+    for (pid_t k : kids) waitpid(k, nullptr, 0);
+    ASSERT_TRUE(m.remount()) << "cycle " << cycle << ": " << m.daemon_log();
+    auto att = read_log(attempted), ack = read_log(acked);
+    for (int d = 0; d < kDomains; d++) {
+      uint64_t e = epoch_of(m.path("d" + std::to_string(d)));
+      EXPECT_GE(e, ack[d]) << "cycle " << cycle << " domain " << d << ": acknowledged epoch lost";
+      EXPECT_LE(e, att[d]) << "cycle " << cycle << " domain " << d << ": epoch never attempted";
+    }
+    next += 1000000;
+  }
+  // The load was real: many advances were acknowledged before the kills.
+  std::ifstream in(acked);
+  size_t lines = 0;
+  for (std::string l; std::getline(in, l);) lines++;
+  EXPECT_GT(lines, static_cast<size_t>(kCycles * 10)) << "too few acknowledged advances";
+  RecordProperty("acknowledged_advances", static_cast<int>(lines));
+}
+
+// With fdatasync failing (libfiu), an advance is never acknowledged, the journal is poisoned,
+// equal-epoch work goes on, and a restart recovers.
+TEST(Durability, FsyncFailureFailsClosed) {
+  ASSERT_EQ(0, sh("command -v fiu-run >/dev/null && command -v fiu-ctrl >/dev/null"))
+      << "fiu-utils is required (scripts/setup.sh installs it)";
+  Mount m({"--fiu"});  // the fixture starts the daemon under `fiu-run -x`
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_EQ(0, in_child([&] { return m.ctl("advance / 1"); }));
+  ASSERT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 1")) return 1;
+              return E(mkdir(m.path("dir").c_str(), 0755));
+            }));
+  std::string pid = std::to_string(m.daemon_pid());
+  ASSERT_EQ(0, sh("fiu-ctrl -c 'enable name=posix/io/sync/fdatasync,failinfo=5' " + pid));
+  ASSERT_EQ(0, sh("fiu-ctrl -c 'enable name=posix/io/sync/fsync,failinfo=5' " + pid));
+  EXPECT_EQ(EIO, in_child([&] { return m.ctl("advance / 2"); }));
+  EXPECT_EQ(1u, epoch_of(m.mnt()));
+  EXPECT_EQ(EIO, in_child([&] {  // a write that would advance fails too, and changes nothing
+              if (m.ctl("bind / 3")) return 1;
+              return E(mkdir(m.path("by3").c_str(), 0755));
+            }));
+  struct stat st;
+  EXPECT_NE(0, stat(m.bpath("by3").c_str(), &st));
+  // Equal-epoch work needs no new durability.
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 1")) return 1;
+              return E(mkdir(m.path("dir/by1").c_str(), 0755));
+            }));
+  // Poisoned: even with fsync healthy again, no advance until the state is rewritten or restart.
+  ASSERT_EQ(0, sh("fiu-ctrl -c 'disable name=posix/io/sync/fdatasync' " + pid));
+  ASSERT_EQ(0, sh("fiu-ctrl -c 'disable name=posix/io/sync/fsync' " + pid));
+  std::string status = sh_out(std::string(FENCECTL_BIN) + " status --json --mount " + m.mnt());
+  EXPECT_NE(std::string::npos, status.find("\"poisoned\":true")) << status;
+  m.kill9();
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  uint64_t e = epoch_of(m.mnt());
+  EXPECT_GE(e, 1u);
+  EXPECT_LE(e, 3u);
+  EXPECT_EQ(0, in_child([&] { return m.ctl("advance / 4"); }));
+  EXPECT_EQ(4u, epoch_of(m.mnt()));
+}
+
+// A state directory restored from an older copy while the data is newer.
+TEST(Durability, RestoredOlderStateIsCaught) {
+  Mount m;
+  ASSERT_EQ(0, in_child([&] { return m.ctl("advance / 2"); }));
+  ASSERT_EQ(0, m.unmount());
+  std::string old_state = m.root() + "/old-state";
+  ASSERT_EQ(0, sh("cp -a '" + m.bpath(".fencefs") + "' '" + old_state + "'"));
+  ASSERT_TRUE(m.remount());
+  ASSERT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 5")) return 1;
+              int fd = open(m.path("data").c_str(), O_WRONLY | O_CREAT, 0644);
+              if (fd < 0 || write(fd, "epoch five", 10) != 10) return 2;
+              return close(fd);
+            }));
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "' && cp -a '" + old_state + "' '" +
+                  m.bpath(".fencefs") + "'"));
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  std::string before = tree_hash(m.backing());
+  // Token 3 is above the restored epoch 2, but below what the data has seen: refused.
+  EXPECT_EQ(EIO, in_child([&] {
+              if (m.ctl("bind / 3")) return 1;
+              return E(mkdir(m.path("new").c_str(), 0755));
+            }));
+  EXPECT_EQ(EIO, in_child([&] {
+              if (m.ctl("bind / 4")) return 1;
+              return E(open(m.path("data").c_str(), O_WRONLY | O_TRUNC));
+            }));
+  EXPECT_EQ(before, tree_hash(m.backing()));
+  EXPECT_NE(std::string::npos, m.daemon_log().find("rollback detected")) << m.daemon_log();
+  // The owner of epoch 5 heals it.
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 5")) return 1;
+              return E(open(m.path("data").c_str(), O_WRONLY | O_APPEND));
+            }));
+  EXPECT_EQ(5u, epoch_of(m.mnt()));
+  EXPECT_EQ(ESTALE, in_child([&] {
+              if (m.ctl("bind / 4")) return 1;
+              return E(mkdir(m.path("new").c_str(), 0755));
+            }));
+}
+
+TEST(Durability, RestoredOlderStateWithFloorStartsAboveIt) {
+  Mount m;
+  ASSERT_EQ(0, m.unmount());
+  std::string old_state = m.root() + "/old-state";
+  ASSERT_EQ(0, sh("cp -a '" + m.bpath(".fencefs") + "' '" + old_state + "'"));
+  ASSERT_TRUE(m.remount());
+  ASSERT_EQ(0, in_child([&] { return m.ctl("advance / 8"); }));
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "' && cp -a '" + old_state + "' '" +
+                  m.bpath(".fencefs") + "'"));
+  ASSERT_EQ(-1000, m.try_mount({"-o", "floor=10"})) << m.daemon_log();
+  EXPECT_EQ(10u, epoch_of(m.mnt()));
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 10")) return 1;
+              return E(mkdir(m.path("ok").c_str(), 0755));
+            }));
+}
+
+TEST(Durability, LostStateOverStampedTreeNeedsInit) {
+  Mount m;
+  ASSERT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 6")) return 1;
+              int fd = open(m.path("f").c_str(), O_WRONLY | O_CREAT, 0644);
+              return fd < 0 ? 2 : close(fd);
+            }));
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "'"));
+  int st = m.try_mount({});
+  EXPECT_EQ(1, st);
+  EXPECT_NE(std::string::npos, m.daemon_log().find("--init")) << m.daemon_log();
+  ASSERT_EQ(-1000, m.try_mount({"--init"})) << m.daemon_log();
+  EXPECT_EQ(6u, epoch_of(m.mnt()));
+  EXPECT_EQ(ESTALE, in_child([&] {
+              if (m.ctl("bind / 5")) return 1;
+              return E(unlink(m.path("f").c_str()));
+            }));
+}
