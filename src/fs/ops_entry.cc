@@ -177,19 +177,25 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   fuse_reply_entry(req, &e);
 }
 
-// A domain's root directory is pinned, like a mount point: it cannot be removed or renamed.
-static bool is_domain_root(Fs& f, Inode& parent, const char* name) {
+// A domain's root directory is pinned, like a mount point: neither it nor a directory above it
+// can be removed or renamed, since the domain is declared by its path.
+static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
   if (f.fence().domains().size() <= 1) return false;
-  struct stat st;
-  if (fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) return false;
-  return f.fence().domains().by_root_inode(st.st_dev, st.st_ino) != nullptr;
+  std::string rel = f.fence().describe({parent.fd, name});
+  for (Domain* d : f.fence().domains().all()) {
+    if (d->id == 0) continue;
+    if (d->path == rel || (d->path.size() > rel.size() && d->path.compare(0, rel.size(), rel) == 0 &&
+                           d->path[rel.size()] == '/'))
+      return true;
+  }
+  return false;
 }
 
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   Fs& f = fs(req);
   Inode& p = *f.inode(parent);
   if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
-  if (dir && is_domain_root(f, p, name)) return (void)fuse_reply_err(req, EBUSY);
+  if (dir && holds_domain_root(f, p, name)) return (void)fuse_reply_err(req, EBUSY);
   fence::Admission a;
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
@@ -214,7 +220,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   if (is_virtual(p) || is_virtual(np) || f.is_state_name(p, name) ||
       f.is_state_name(np, newname))
     return (void)fuse_reply_err(req, EPERM);
-  if (is_domain_root(f, p, name) || is_domain_root(f, np, newname))
+  if (holds_domain_root(f, p, name) || holds_domain_root(f, np, newname))
     return (void)fuse_reply_err(req, EBUSY);
   Domain& d1 = f.domain_of(p);
   Domain& d2 = f.domain_of(np);

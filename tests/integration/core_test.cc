@@ -332,6 +332,9 @@ TEST(Core, DomainsHaveTheirOwnEpochs) {
   EXPECT_EQ(EBUSY, as_job(m, 1, [&] {
               return E(rename(m.path("jobs/a").c_str(), m.path("jobs/b").c_str()));
             }));
+  EXPECT_EQ(EBUSY, as_job(m, 1, [&] {
+              return E(rename(m.path("jobs").c_str(), m.path("jobs2").c_str()));
+            })) << "renaming a directory above a domain root would move the domain";
   // Declared domains survive a remount.
   EXPECT_EQ(0, m.unmount());
   ASSERT_TRUE(m.remount());
