@@ -22,4 +22,11 @@ struct fencefs_token {
 
 #define FENCEFS_IOC_SET_TOKEN _IOW('F', 0x01, struct fencefs_token)
 
+/* Advance the epoch of the domain holding fd (a file or a directory, e.g. the domain's root) to
+ * t.epoch, durably, as `fencectl advance` does. Same authority rules; .signature may hold a signed
+ * token. Unlike writes to .fencefs/ctl, which the kernel serialises per file, advances through
+ * this ioctl run in parallel, so concurrent advances of different domains share one fdatasync.
+ * Errors: ESTALE (lower than the epoch), ERANGE (beyond max_jump), EACCES, EINVAL, EIO. */
+#define FENCEFS_IOC_ADVANCE _IOW('F', 0x02, struct fencefs_token)
+
 #endif

@@ -91,7 +91,7 @@ struct Parser {
         i++;
         Value child;
         if (!value(child, depth + 1)) return false;
-        v.obj.emplace_back(std::move(k), std::move(child));
+        v.obj.push_back({std::move(k), std::move(child)});
         ws();
         if (i < s.size() && s[i] == ',') {
           i++;

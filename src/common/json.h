@@ -9,6 +9,8 @@
 
 namespace fencefs::json {
 
+struct Member;
+
 struct Value {
   enum class Type { Null, Bool, Number, String, Array, Object } type = Type::Null;
   bool b = false;
@@ -16,11 +18,16 @@ struct Value {
   std::string raw_number;  // exact digits, for integers beyond double precision
   std::string str;
   std::vector<Value> arr;
-  std::vector<std::pair<std::string, Value>> obj;  // in document order
+  std::vector<Member> obj;  // in document order
 
   const Value* get(std::string_view key) const;
   std::string as_string() const;  // strings as-is, numbers as written, others as JSON-ish text
   uint64_t as_u64() const;
+};
+
+struct Member {
+  std::string first;
+  Value second;
 };
 
 // nullopt on malformed input (with *error saying where).

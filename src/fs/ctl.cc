@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include "common/log.h"
 #include "common/proc.h"
@@ -257,17 +258,27 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus) {
   fuse_reply_buf(req, buf.data(), used);
 }
 
+namespace {
+
+// The token carried by a fencefs_token ioctl argument; nullopt when malformed.
+std::optional<fence::TokenText> ioctl_token(const void* in, size_t in_size, std::string* text) {
+  if (in_size != sizeof(fencefs_token)) return std::nullopt;
+  fencefs_token t;
+  memcpy(&t, in, sizeof t);
+  *text = std::to_string(t.epoch);
+  bool has_sig = false;
+  for (char ch : t.signature) has_sig |= ch != 0;
+  if (has_sig) *text += "." + std::string(t.signature, strnlen(t.signature, sizeof t.signature));
+  return fence::parse_token_text(*text);
+}
+
+}  // namespace
+
 int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
-  if (in_size != sizeof(fencefs_token)) return EINVAL;
-  fencefs_token t;
-  memcpy(&t, in, sizeof t);
-  std::string text = std::to_string(t.epoch);
-  bool has_sig = false;
-  for (char ch : t.signature) has_sig |= ch != 0;
-  if (has_sig) text += "." + std::string(t.signature, strnlen(t.signature, sizeof t.signature));
-  auto tt = fence::parse_token_text(text);
+  std::string text;
+  auto tt = ioctl_token(in, in_size, &text);
   Domain& d = *h.domain;
   if (!tt) return refuse_ctl(f, c, "ioctl", fence::Reason::Malformed, &d, d.path, text, EINVAL,
                              "malformed token in FENCEFS_IOC_SET_TOKEN");
@@ -284,6 +295,20 @@ int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_siz
   audit_ctl(f, c, "ioctl", "bound", "", d.path, token_str(*tt), 0,
             fmt::format("handle rebound to token {}", tt->epoch));
   return 0;
+}
+
+int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size) {
+  Fs& f = fs(req);
+  fence::Caller c = f.caller(req);
+  std::string text;
+  auto tt = ioctl_token(in, in_size, &text);
+  if (!tt) return refuse_ctl(f, c, "advance", fence::Reason::Malformed, &d, d.path, text, EINVAL,
+                             "malformed token in FENCEFS_IOC_ADVANCE");
+  std::string why;
+  int err = f.fence().authorize(c, d, *tt, false, &why);
+  if (err) return refuse_ctl(f, c, "advance", fence::Reason::Unauthorised, &d, d.path,
+                             token_str(*tt), err, why);
+  return f.fence().advance(d, tt->epoch, false, c, &why);
 }
 
 std::string Fs::render_status_json() {

@@ -196,10 +196,16 @@ void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence, fuse_file_i
 void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_file_info* fi,
               unsigned flags, const void* in_buf, size_t in_bufsz, size_t out_bufsz) {
   if (flags & FUSE_IOCTL_COMPAT) return (void)fuse_reply_err(req, ENOSYS);
-  Handle& h = *handle_of(fi);
-  if (cmd != FENCEFS_IOC_SET_TOKEN || h.inode->kind != Kind::Real)
-    return (void)fuse_reply_err(req, ENOTTY);
-  int err = ctl_ioctl_set_token(req, h, in_buf, in_bufsz);
+  Fs& f = fs(req);
+  Inode& i = *f.inode(ino);
+  int err = ENOTTY;
+  if (is_virtual(i)) {
+    err = ENOTTY;
+  } else if (cmd == FENCEFS_IOC_ADVANCE) {
+    err = ctl_ioctl_advance(req, f.domain_of(i), in_buf, in_bufsz);
+  } else if (cmd == FENCEFS_IOC_SET_TOKEN && S_ISREG(i.type)) {
+    err = ctl_ioctl_set_token(req, *handle_of(fi), in_buf, in_bufsz);  // fi is a file's handle
+  }
   if (err) return (void)fuse_reply_err(req, err);
   fuse_reply_ioctl(req, 0, nullptr, 0);
 }
