@@ -83,7 +83,7 @@ int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, co
   e.epoch_before = e.epoch_after = d.epoch.load();
   e.err = err;
   e.message = std::move(message);
-  log::info("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, d.path, c.pid, e.message);
+  log::debug("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, d.path, c.pid, e.message);
   audit(std::move(e), c);
   return err;
 }
@@ -108,7 +108,7 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   e.epoch_before = before;
   e.epoch_after = token;
   e.message = fmt::format("epoch {} -> {}", before, token);
-  log::info("domain {}: epoch {} -> {} by {} (pid {})", d.path, before, token, op.name, c.pid);
+  log::debug("domain {}: epoch {} -> {} by {} (pid {})", d.path, before, token, op.name, c.pid);
   audit(std::move(e), c);
   return 0;
 }
