@@ -1,0 +1,290 @@
+#!/usr/bin/env python3
+"""Turns the samples collected by scripts/bench.sh into a table (stdout), markdown and JSON.
+
+Input: a results TSV (key, contender, round, value) and a notes TSV (key, contender, note) for
+what could not be measured. Machine facts come from BENCH_R_* environment variables.
+Only measured samples are reported; anything else is "n/a (reason)".
+"""
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+
+CONTENDERS = ["raw", "passthrough_ll", "fencefs"]
+
+# key, section, label, unit, better ("higher"/"lower"), target kind
+ROWS = [
+    ("fio_seqwrite_1m", "overlay", "fio seq write, 1 MiB blocks", "MB/s", "higher", "overlay"),
+    ("fio_randwrite_4k", "overlay", "fio random write, 4 KiB", "IOPS", "higher", "overlay"),
+    ("fio_randread_4k", "overlay", "fio random read, 4 KiB", "IOPS", "higher", "overlay"),
+    ("legacy_t1", "overlay", "legacy job (tmp+write 4K+rename), 1 thread", "files/s", "higher", "overlay"),
+    ("legacy_t4", "overlay", "legacy job (tmp+write 4K+rename), 4 threads", "files/s", "higher", "overlay"),
+    ("meta_create", "overlay", "metadata: create", "ops/s", "higher", "overlay"),
+    ("meta_stat", "overlay", "metadata: stat", "ops/s", "higher", "overlay"),
+    ("meta_list", "overlay", "metadata: list directory", "entries/s", "higher", "overlay"),
+    ("meta_unlink", "overlay", "metadata: unlink", "ops/s", "higher", "overlay"),
+    ("cpu_legacy_t1", "daemon", "daemon CPU per legacy job, 1 thread", "µs/file", "lower", None),
+    ("cpu_legacy_t4", "daemon", "daemon CPU per legacy job, 4 threads", "µs/file", "lower", None),
+    ("rss_bound_growth", "daemon", "RSS growth per bound process, {bound_procs} live", "bytes", "lower", None),
+    ("rss_inode_growth", "daemon", "RSS growth per cached inode, {rss_inodes} inodes", "bytes", "lower", "rss"),
+    ("rss_inode_growth_small", "daemon", "RSS growth per cached inode, first {rss_inodes_small} (fd limit)", "bytes", "lower", "rss"),
+    ("rss_peak", "daemon", "peak RSS (VmHWM), {rss_inodes} lookups (+ {bound_procs} bound)", "KiB", "lower", None),
+    ("rss_peak_small", "daemon", "peak RSS (VmHWM), {rss_inodes_small} lookups (+ {bound_procs} bound)", "KiB", "lower", None),
+    ("adv_d1", "journal", "epoch advances, 1 domain", "adv/s", "higher", None),
+    ("adv_d4", "journal", "epoch advances, 4 concurrent domains", "adv/s", "higher", None),
+    ("adv_d16", "journal", "epoch advances, 16 concurrent domains", "adv/s", "higher", None),
+    ("adv_ratio", "journal", "advances/s at 16 domains ÷ at 1 domain", "x", "higher", "adv_ratio"),
+    ("recovery_lib", "journal", "recovery (StateStore::open), cold cache", "s", "lower", "recovery"),
+    ("recovery_mount", "journal", "recovery (time to mount), cold cache", "s", "lower", "recovery"),
+    ("recovery_mount_empty", "journal", "time to mount, fresh state (baseline)", "s", "lower", None),
+]
+
+TARGET_TEXT = {
+    "overlay": "fencefs >= 1.0x passthrough_ll",
+    "rss": "fencefs < 200 bytes",
+    "adv_ratio": ">= 5x",
+    "recovery": "< 1 s",
+}
+
+
+def fmt(v):
+    if v is None:
+        return "n/a"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3g}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--results", required=True)
+    ap.add_argument("--notes", required=True)
+    ap.add_argument("--out-md", required=True)
+    ap.add_argument("--out-json", required=True)
+    ap.add_argument("--contenders", default=" ".join(CONTENDERS))
+    ap.add_argument("--config", nargs="*", default=[])
+    args = ap.parse_args()
+
+    selected = [c for c in CONTENDERS if c in args.contenders.split()]
+    config = dict(kv.split("=", 1) for kv in args.config)
+    rounds = int(config.get("rounds", "0") or 0)
+    rss_rounds = int(config.get("rss_rounds", "0") or 0)
+
+    samples = {}  # (key, contender) -> [floats]
+    with open(args.results) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 4 or parts[3] == "":
+                continue
+            key, c, _, v = parts
+            samples.setdefault((key, c), []).append(float(v))
+    notes = {}  # (key, contender) -> [str]
+    with open(args.notes) as f:
+        for line in f:
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 3:
+                continue
+            notes.setdefault((parts[0], parts[1]), []).append(parts[2])
+    # A failed metadata run is noted once under meta_create; it stands for the whole run.
+    for c in selected:
+        for k in ("meta_stat", "meta_list", "meta_unlink"):
+            for n in notes.get(("meta_create", c), []):
+                notes.setdefault((k, c), []).append(n)
+
+    def median(key, c):
+        s = samples.get((key, c))
+        return statistics.median(s) if s else None
+
+    rows = []
+    for key, section, label, unit, better, tkind in ROWS:
+        if key in ("rss_inode_growth_small", "rss_peak_small") and not config.get("rss_inodes_small"):
+            continue  # only measured where the fd limit is below the inode count
+        label = label.format_map(collections.defaultdict(lambda: "?", config))
+        row = {"key": key, "section": section, "label": label, "unit": unit, "better": better,
+               "target": TARGET_TEXT.get(tkind), "values": {}}
+        contenders_here = selected if section != "journal" else [c for c in selected if c == "fencefs"]
+        for c in contenders_here:
+            if key == "adv_ratio":
+                a, b = median("adv_d16", c), median("adv_d1", c)
+                val = a / b if a is not None and b else None
+                cell = {"median": val, "samples": [], "derived_from": "median(adv_d16) / median(adv_d1)"}
+                if val is None:
+                    inherited = notes.get(("adv_d16", c), []) + notes.get(("adv_d1", c), [])
+                    cell["note"] = "; ".join(dict.fromkeys(inherited)) or "needs both adv_d1 and adv_d16"
+            else:
+                s = samples.get((key, c), [])
+                cell = {"median": statistics.median(s) if s else None, "samples": s}
+                expected = rss_rounds if key.startswith("rss_") else rounds
+                ns = notes.get((key, c), [])
+                if ns:
+                    cell["note"] = "; ".join(dict.fromkeys(ns))
+                elif not s:
+                    cell["note"] = "not measured"
+                if s and expected and len(s) < expected:
+                    cell["note"] = f"{len(s)} of {expected} rounds measured" + (
+                        ": " + cell["note"] if "note" in cell else "")
+            row["values"][c] = cell
+
+        def med(c):
+            return row["values"].get(c, {}).get("median")
+
+        ff, pt, raw = med("fencefs"), med("passthrough_ll"), med("raw")
+        row["ratio_fencefs_passthrough_ll"] = ff / pt if ff is not None and pt else None
+        row["ratio_fencefs_raw"] = ff / raw if ff is not None and raw else None
+        met = None
+        if tkind == "overlay" and row["ratio_fencefs_passthrough_ll"] is not None:
+            met = row["ratio_fencefs_passthrough_ll"] >= 1.0
+        elif tkind == "rss" and ff is not None:
+            met = ff < 200
+        elif tkind == "adv_ratio" and ff is not None:
+            met = ff >= 5
+        elif tkind == "recovery" and ff is not None:
+            met = ff < 1.0
+        row["target_met"] = met
+        rows.append(row)
+
+    machine = {
+        "nproc": os.environ.get("BENCH_R_NPROC"),
+        "cpu": os.environ.get("BENCH_R_MODEL"),
+        "memory": os.environ.get("BENCH_R_MEM"),
+        "kernel": os.environ.get("BENCH_R_KERNEL"),
+        "date": os.environ.get("BENCH_R_DATE"),
+        "libfuse": os.environ.get("BENCH_R_LIBFUSE"),
+        "fio": os.environ.get("BENCH_R_FIO"),
+    }
+    doc = {"machine": machine, "config": config, "contenders": selected, "rows": rows}
+    with open(args.out_json, "w") as f:
+        json.dump(doc, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+    # ---- table (stdout and markdown) ----
+    head = ["workload", "unit"] + selected + ["ff/pt", "ff/raw", "target", "met"]
+    table = []
+    na_notes = []
+    for row in rows:
+        cells = [row["label"], row["unit"]]
+        for c in selected:
+            v = row["values"].get(c)
+            if v is None:
+                cells.append("-")
+                continue
+            cells.append(fmt(v["median"]) if v["median"] is not None else "n/a")
+            if v.get("note"):
+                na_notes.append((row["label"], c, v["note"]))
+        r1, r2 = row["ratio_fencefs_passthrough_ll"], row["ratio_fencefs_raw"]
+        cells.append(f"{r1:.2f}x" if r1 is not None else "-")
+        cells.append(f"{r2:.2f}x" if r2 is not None else "-")
+        cells.append(row["target"] or "")
+        cells.append({True: "yes", False: "NO", None: "" if not row["target"] else "n/a"}[row["target_met"]])
+        table.append(cells)
+
+    numeric = set(range(2, 2 + len(selected) + 2))
+    widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(head)]
+
+    def line(cells):
+        return "  ".join(c.rjust(widths[i]) if i in numeric else c.ljust(widths[i])
+                         for i, c in enumerate(cells)).rstrip()
+
+    if config.get("quick") == "1":
+        print("BENCH_QUICK=1 smoke run: tiny sizes, numbers not meaningful.")
+    print(line(head))
+    print("  ".join("-" * w for w in widths))
+    for r in table:
+        print(line(r))
+    groups = {}  # (contender, note) -> [labels], so one reason shared by many rows prints once
+    for label, c, n in na_notes:
+        groups.setdefault((c, n), []).append(label)
+
+    def note_lines():
+        for (c, n), labels in groups.items():
+            what = n if "rounds measured" in n else f"n/a ({n})"
+            yield f"[{c}] {what}: " + "; ".join(labels)
+
+    if groups:
+        print()
+        for l in note_lines():
+            print("  " + l)
+
+    def md_row(cells):
+        return "| " + " | ".join(cells) + " |"
+
+    md = ["# fencefs benchmarks", ""]
+    if config.get("quick") == "1":
+        md += ["**BENCH_QUICK=1 smoke run: tiny sizes, numbers not meaningful.**", ""]
+    if config.get("setup", "ok") != "ok":
+        md += [f"**scripts/setup.sh: {config['setup']}.**", ""]
+    md.append(f"Run on {machine['date']}: {machine['nproc']} CPUs ({machine['cpu']}), "
+              f"{machine['memory']} RAM, Linux {machine['kernel']}, libfuse {machine['libfuse']}, "
+              f"{machine['fio']}.")
+    md.append("")
+    md.append("Medians of " + config.get("rounds", "?") + " rounds, contenders interleaved in every "
+              "round (raw, passthrough_ll, fencefs). Overlay and memory rows on a tmpfs backing; "
+              "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
+              "ff/pt = fencefs ÷ passthrough_ll, ff/raw = fencefs ÷ raw (of the medians). "
+              "For µs, bytes, KiB and s, lower is better.")
+    md.append("")
+    md.append(md_row(head))
+    md.append("|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|")
+    for r in table:
+        md.append(md_row(r))
+    if na_notes:
+        md.append("")
+        md.append("Not measured / partial:")
+        md.append("")
+        for l in note_lines():
+            md.append("- " + l)
+    md.append("")
+    md.append("## Method")
+    md.append("")
+    md.append(
+        "- passthrough_ll: libfuse's example compiled from `/usr/share/doc/libfuse3-dev/examples/"
+        "passthrough_ll.c` (`cc -O2`), run as `passthrough_ll -f -o source=BACKING MNT` (default "
+        "options: cache=auto, 1 s entry/attr timeout, multithreaded loop).\n"
+        "- fencefs: `build/fencefs -f BACKING MNT`; every workload runs under "
+        "`fencectl run --mount MNT --domain / --token 1 --` (a bound token).\n"
+        f"- fio: psync, buffered, time-based {config.get('fio_runtime_s', '?')} s per job on a "
+        f"{config.get('fio_size', '?')} file (seq write 1 MiB → MB/s; random write/read 4 KiB → IOPS).\n"
+        f"- legacy job (`bench/legacy_job.c`): {config.get('legacy_files', '?')} jobs per run, each "
+        "open(tmp, O_CREAT|O_TRUNC), write 4 KiB, close, rename to its final name; threads each in "
+        "their own subdirectory.\n"
+        "- daemon CPU: utime+stime of the daemon from /proc/PID/stat (all threads, "
+        f"1/{config.get('clk_tck', '?')} s ticks) before and after each legacy-job run, ÷ files.\n"
+        f"- metadata (`bench/meta.c`): create, stat, unlink {config.get('meta_files', '?')} files; "
+        f"list that directory {config.get('meta_listings', '?')} times (entries/s).\n"
+        f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
+        f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
+        "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "
+        "both daemons: VmRSS before/after stat-ing every file through the mount ÷ files (user-space "
+        "memory only: the kernel memory behind any fd a daemon keeps per inode is not in RSS); "
+        "peak = VmHWM at the end. "
+        f"{config.get('rss_rounds', '?')} round(s). Open-file limit for the daemons: "
+        f"{config.get('fd_limit', '?')}"
+        + (f" (cannot be raised on this machine, so the first {config['rss_inodes_small']} lookups "
+           "are also measured on their own)" if config.get("rss_inodes_small") else "") + ".\n"
+        f"- advances (`bench/advance.c`): 1, 4 or 16 threads, one per declared domain /dK, each "
+        "looping open(ctl)+write(\"advance /dK N\")+close with increasing N for "
+        f"{config.get('advance_seconds', '?')} s; a fencefs mount whose backing is on "
+        f"{config.get('disk_dir', '?')}.\n"
+        f"- recovery: a {config.get('journal_records', '?')}-record journal generated with "
+        "`fencefs::journal::StateStore::advance` (`bench/journal_bench.cc`, compaction disabled, on "
+        f"tmpfs), copied to {config.get('disk_dir', '?')}, fsynced and dropped from the page cache "
+        "(posix_fadvise DONTNEED); then timed: StateStore::open with default options, and the time "
+        "from starting `fencefs -f` to the mount appearing in /proc/mounts (same journal appended "
+        "to the state of an initialised backing; the fresh-state row is the baseline).")
+    md.append("")
+    md.append("Configuration: " + ", ".join(f"{k}={v}" for k, v in config.items()))
+    md.append("")
+    with open(args.out_md, "w") as f:
+        f.write("\n".join(md))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,611 @@
+#!/usr/bin/env bash
+# Benchmarks fencefs against the raw backing directory and libfuse's passthrough_ll example,
+# interleaved (A B C A B C ... for BENCH_ROUNDS rounds), and writes bench/results/latest.{md,json}
+# (plus a timestamped copy). Not part of the tests. Runs as root (FUSE mounts, tmpfs).
+#
+# Usage: scripts/bench.sh
+# Environment (defaults in brackets; BENCH_QUICK=1 makes every size tiny, for a smoke test):
+#   BENCH_ROUNDS [5]              rounds of every workload, interleaved across contenders
+#   BENCH_QUICK [0]               1 = tiny sizes and short runtimes
+#   BENCH_CONTENDERS ["raw passthrough_ll fencefs"]
+#   BENCH_FIO_SIZE [256M]         fio file size           BENCH_FIO_RUNTIME [5]    seconds per fio job
+#   BENCH_LEGACY_FILES [5000]     files per legacy-job run (split over 1 or 4 threads)
+#   BENCH_META_FILES [10000]      files for create/stat/list/unlink
+#   BENCH_META_LISTINGS [3]       listings of the directory per run
+#   BENCH_RSS_INODES [100000]     files looked up through the mount for the RSS rows
+#   BENCH_BOUND_PROCS [1000]      live bound processes for the RSS row
+#   BENCH_RSS_ROUNDS [1]          rounds of the RSS rows
+#   BENCH_ADVANCE_SECONDS [5]     seconds per advances/s measurement
+#   BENCH_JOURNAL_RECORDS [1000000]  records in the recovery journal
+#   BENCH_TMPFS_SIZE [4G]         size of the tmpfs backing the overlay rows
+#   BENCH_DISK_DIR [/var/tmp]     where the journal rows put their state (the real disk)
+#   BENCH_OUT [bench/results]     report directory
+#   BENCH_SKIP_SETUP [0]          1 = do not run scripts/setup.sh (use the existing build/)
+#   BENCH_TIMEOUT [600]           seconds before any single workload command is abandoned
+#   BENCH_FENCEFS, BENCH_FENCECTL [build/fencefs, build/fencectl]  binaries to benchmark
+#   BENCH_JOURNAL_LIBS ["build/.../libfencefs_journal.a build/.../libfencefs_common.a"]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+QUICK=${BENCH_QUICK:-0}
+q() { if [ "$QUICK" = 1 ]; then echo "$2"; else echo "$1"; fi; }
+ROUNDS=${BENCH_ROUNDS:-5}
+CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll fencefs}
+FIO_SIZE=${BENCH_FIO_SIZE:-$(q 256M 16M)}
+FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
+LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
+META_FILES=${BENCH_META_FILES:-$(q 10000 500)}
+META_LISTINGS=${BENCH_META_LISTINGS:-3}
+RSS_INODES=${BENCH_RSS_INODES:-$(q 100000 2000)}
+BOUND_PROCS=${BENCH_BOUND_PROCS:-$(q 1000 20)}
+RSS_ROUNDS=${BENCH_RSS_ROUNDS:-1}
+ADV_SECS=${BENCH_ADVANCE_SECONDS:-$(q 5 1)}
+JOURNAL_RECORDS=${BENCH_JOURNAL_RECORDS:-$(q 1000000 10000)}
+TMPFS_SIZE=${BENCH_TMPFS_SIZE:-4G}
+DISK_DIR=${BENCH_DISK_DIR:-/var/tmp}
+OUT=${BENCH_OUT:-bench/results}
+TIMEOUT=${BENCH_TIMEOUT:-600}
+CLK_TCK=$(getconf CLK_TCK)
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+has() { case " $CONTENDERS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+[ "$(id -u)" -eq 0 ] || die "run as root (FUSE mounts with allow_other, tmpfs)"
+# Both daemons keep an O_PATH fd per looked-up inode (passthrough_ll does not raise its own limit):
+# give every process started here room for the RSS rows' lookups.
+NOFILE=$((RSS_INODES + 65536))
+[ "$NOFILE" -gt "$(cat /proc/sys/fs/nr_open)" ] && NOFILE=$(cat /proc/sys/fs/nr_open)
+if [ "$(ulimit -Hn)" != unlimited ] && [ "$(ulimit -Hn)" -lt "$NOFILE" ]; then ulimit -Hn "$NOFILE" 2>/dev/null || true; fi
+if [ "$(ulimit -Sn)" != unlimited ] && [ "$(ulimit -Sn)" -lt "$NOFILE" ]; then ulimit -Sn "$(ulimit -Hn)" 2>/dev/null || true; fi
+FD_LIMIT=$(ulimit -Sn)
+# Where the fd limit cannot be raised (a container without CAP_SYS_RESOURCE), a daemon that holds an
+# fd per inode cannot cache RSS_INODES inodes: then also measure at a count that fits under it.
+RSS_SMALL=""
+if [ "$FD_LIMIT" != unlimited ] && [ "$FD_LIMIT" -lt "$((RSS_INODES + 4096))" ]; then
+  RSS_SMALL=$(((FD_LIMIT - 4096) / 1000 * 1000))
+  [ "$RSS_SMALL" -ge 1000 ] || RSS_SMALL=""
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Build
+# ---------------------------------------------------------------------------------------------
+SETUP_NOTE=""
+SETUP_STATUS=skipped
+if [ "${BENCH_SKIP_SETUP:-0}" != 1 ]; then
+  log "scripts/setup.sh"
+  SETUP_STATUS=ok
+  if ! scripts/setup.sh >&2; then
+    SETUP_STATUS="failed (benchmarked the binaries already in build/)"
+    SETUP_NOTE="scripts/setup.sh failed"
+    log "warning: $SETUP_NOTE; continuing with whatever build/ holds"
+  fi
+fi
+for tool in fio fusermount3 cc pkg-config python3 timeout; do
+  command -v "$tool" >/dev/null || die "$tool not found (run scripts/setup.sh)"
+done
+
+B=$ROOT/build/bench
+mkdir -p "$B/src"
+EX=/usr/share/doc/libfuse3-dev/examples
+fetch_example() {  # the examples may be installed gzipped
+  if [ -f "$EX/$1" ]; then cp "$EX/$1" "$B/src/$1"
+  elif [ -f "$EX/$1.gz" ]; then gzip -dc "$EX/$1.gz" >"$B/src/$1"
+  else die "$EX/$1 not found (is libfuse3-dev installed?)"; fi
+}
+fetch_example passthrough_ll.c
+fetch_example passthrough_helpers.h
+# shellcheck disable=SC2046
+cc -O2 -o "$B/passthrough_ll" "$B/src/passthrough_ll.c" $(pkg-config --cflags --libs fuse3) \
+  2>"$B/passthrough_ll.build.log" || die "passthrough_ll did not build: $(tail -5 "$B/passthrough_ll.build.log")"
+for prog in legacy_job meta advance; do
+  cc -O2 -Wall -Wextra -I"$ROOT/include" -o "$B/$prog" "bench/$prog.c" -lpthread
+done
+PT_BIN=$B/passthrough_ll
+FENCEFS=${BENCH_FENCEFS:-$ROOT/build/fencefs}     # override to compare another build (before/after)
+FENCECTL=${BENCH_FENCECTL:-$ROOT/build/fencectl}
+
+# The journal helper links the project's journal library (fencefs::journal::StateStore).
+JB=""
+JB_REASON=""
+if [ -n "${BENCH_JOURNAL_LIBS:-}" ]; then  # "JOURNAL.a COMMON.a", to bench another build
+  read -r jlib clib <<<"$BENCH_JOURNAL_LIBS"
+else
+  jlib=$(find "$ROOT/build" -path "$B" -prune -o -name libfencefs_journal.a -print -quit 2>/dev/null || true)
+  clib=$(find "$ROOT/build" -path "$B" -prune -o -name libfencefs_common.a -print -quit 2>/dev/null || true)
+fi
+if [ -z "$jlib" ] || [ -z "$clib" ]; then
+  JB_REASON="journal library not built (no libfencefs_journal.a / libfencefs_common.a in build/)"
+elif c++ -std=c++20 -O2 -I"$ROOT/src" -I"$ROOT/include" -o "$B/journal_bench" bench/journal_bench.cc \
+       "$jlib" "$clib" -lfmt -lpthread 2>"$B/journal_bench.build.log"; then
+  JB=$B/journal_bench
+else
+  JB_REASON="bench/journal_bench.cc did not build against the journal library: $(grep -m1 -E 'error' "$B/journal_bench.build.log" | cut -c1-160)"
+fi
+[ -n "$JB" ] || log "journal helper unavailable: $JB_REASON"
+
+# ---------------------------------------------------------------------------------------------
+# Work dirs, mounts, cleanup
+# ---------------------------------------------------------------------------------------------
+W=$(mktemp -d /tmp/fencefs-bench.XXXXXX)
+mkdir -p "$DISK_DIR"
+J=$(mktemp -d "$DISK_DIR/fencefs-bench.XXXXXX")
+T=$W/tmpfs
+mkdir -p "$T"
+RES=$W/results.tsv   # key  contender  round  value
+NOTES=$W/notes.tsv   # key  contender  note
+: >"$RES"; : >"$NOTES"
+
+MOUNTS=()    # FUSE mountpoints we created
+DPIDS=()     # daemons we started
+TMPFS=()     # tmpfs mounts we created
+SLEEPERS=()  # bound sleep processes we started
+
+is_mounted() { grep -q " $1 " /proc/mounts; }
+
+cleanup() {
+  local rc=$?
+  set +e
+  trap - EXIT INT TERM
+  local p m
+  for p in "${SLEEPERS[@]}"; do kill "$p" 2>/dev/null; done
+  for m in "${MOUNTS[@]}"; do
+    if is_mounted "$m"; then fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" 2>/dev/null; fi
+  done
+  for p in "${DPIDS[@]}"; do
+    if kill -0 "$p" 2>/dev/null; then
+      kill -TERM "$p" 2>/dev/null
+      for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+      kill -KILL "$p" 2>/dev/null
+    fi
+  done
+  for m in "${TMPFS[@]}"; do is_mounted "$m" && umount -l "$m"; done
+  # Remove the work dirs only when nothing is mounted below them any more.
+  local d
+  for d in "$W" "$J"; do
+    if [ -n "$d" ] && ! grep -q " $d/" /proc/mounts; then rm -rf "$d"; else log "left $d (still mounted)"; fi
+  done
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+mount -t tmpfs -o size="$TMPFS_SIZE" bench-tmpfs "$T"
+TMPFS+=("$T")
+
+# wait_mount MNT PID: 0 when MNT appears, 1 when the daemon exits or 20 s pass.
+wait_mount() {
+  local m=$1 pid=$2 i
+  for ((i = 0; i < 2000; i++)); do
+    is_mounted "$m" && return 0
+    kill -0 "$pid" 2>/dev/null || return 1
+    sleep 0.01
+  done
+  return 1
+}
+
+# start_pt BACKING MNT: sets DPID. libfuse's passthrough_ll with default options.
+start_pt() {
+  mkdir -p "$2"
+  "$PT_BIN" -f -o source="$1" "$2" >>"$T/pt.log" 2>&1 &
+  DPID=$!
+  DPIDS+=("$DPID"); MOUNTS+=("$2")
+  wait_mount "$2" "$DPID" || { log "passthrough_ll did not mount: $(tail -3 "$T/pt.log")"; stop_fs "$2" "$DPID"; return 1; }
+}
+
+# start_ff BACKING MNT: sets DPID. Retries with --init when the binary asks for it.
+FF_LOG=$T/fencefs.log   # on tmpfs: the daemon's own logging must not wait on the disk
+: >"$FF_LOG"
+start_ff() {
+  local b=$1 m=$2
+  mkdir -p "$m"
+  local before
+  before=$(wc -c <"$FF_LOG")
+  "$FENCEFS" -f "$b" "$m" >>"$FF_LOG" 2>&1 &
+  DPID=$!
+  DPIDS+=("$DPID"); MOUNTS+=("$m")
+  wait_mount "$m" "$DPID" && return 0
+  stop_fs "$m" "$DPID"
+  if tail -c +"$((before + 1))" "$FF_LOG" | grep -q -- '--init'; then
+    "$FENCEFS" -f --init "$b" "$m" >>"$FF_LOG" 2>&1 &
+    DPID=$!
+    DPIDS+=("$DPID")
+    wait_mount "$m" "$DPID" && return 0
+    stop_fs "$m" "$DPID"
+  fi
+  return 1
+}
+
+# stop_fs MNT PID: clean unmount, wait for the daemon.
+stop_fs() {
+  local m=$1 pid=$2 i
+  if is_mounted "$m"; then fusermount3 -u "$m" 2>/dev/null || fusermount3 -u -z "$m" || true; fi
+  for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null || true
+}
+
+daemon_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }  # utime+stime (all threads)
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
+
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$RES"; log "r$3 $1 $2: $4"; }
+note() {
+  local msg
+  msg=$(printf '%s' "$3" | tr '\t\n' '  ' | sed 's/  */ /g; s/ *$//' | cut -c1-300)
+  printf '%s\t%s\t%s\n' "$1" "$2" "$msg" >>"$NOTES"
+  log "$1 $2: n/a ($msg)"
+}
+kv() { awk -v k="$1" '$1 == k { print $2 }' "$2"; }  # value of "KEY VALUE" line in a file
+
+# ---------------------------------------------------------------------------------------------
+# Contenders
+# ---------------------------------------------------------------------------------------------
+FF_OK=0
+FF_REASON=""
+if has fencefs; then
+  if [ ! -x "$FENCEFS" ] || [ ! -x "$FENCECTL" ]; then
+    FF_REASON="$FENCEFS or $FENCECTL missing${SETUP_NOTE:+ ($SETUP_NOTE)}"
+  else
+    mkdir -p "$T/ff" "$W/mnt"
+    if ! start_ff "$T/ff" "$W/mnt/ff"; then
+      FF_REASON="$FENCEFS did not mount: $(tail -2 "$FF_LOG" | tr '\n' ' ')"
+    elif ! timeout 30 "$FENCECTL" run --mount "$W/mnt/ff" --domain / --token 1 -- \
+        sh -c "mkdir -p '$W/mnt/ff/work' && echo probe > '$W/mnt/ff/work/probe'" 2>"$W/probe.err"; then
+      FF_REASON="a bound write through fencefs failed: $(tail -1 "$W/probe.err")"
+    else
+      FF_OK=1; FF_PID=$DPID; FF_MNT=$W/mnt/ff
+    fi
+    if [ "$FF_OK" = 0 ] && [ -n "${DPID:-}" ]; then stop_fs "$W/mnt/ff" "$DPID"; fi
+  fi
+  [ "$FF_OK" = 1 ] || log "fencefs unavailable: $FF_REASON"
+fi
+
+ACTIVE=()
+for c in $CONTENDERS; do
+  case $c in
+    raw) mkdir -p "$T/raw/work"; ACTIVE+=(raw) ;;
+    passthrough_ll)
+      mkdir -p "$T/pt/work"
+      start_pt "$T/pt" "$W/mnt/pt" || die "passthrough_ll did not mount"
+      PT_PID=$DPID; PT_MNT=$W/mnt/pt; ACTIVE+=(passthrough_ll) ;;
+    fencefs) if [ "$FF_OK" = 1 ]; then ACTIVE+=(fencefs); fi ;;
+    *) die "unknown contender $c" ;;
+  esac
+done
+
+workdir() {  # the directory a contender's workloads run in
+  case $1 in
+    raw) echo "$T/raw/work" ;;
+    passthrough_ll) echo "$PT_MNT/work" ;;
+    fencefs) echo "$FF_MNT/work" ;;
+  esac
+}
+daemon_pid() { case $1 in passthrough_ll) echo "$PT_PID" ;; fencefs) echo "$FF_PID" ;; *) echo "" ;; esac; }
+
+# as CONTENDER CMD...: runs CMD as the contender needs it (fencefs: bound to token 1 for /).
+as() {
+  local c=$1; shift
+  if [ "$c" = fencefs ]; then
+    timeout -k 10 "$TIMEOUT" "$FENCECTL" run --mount "$FF_MNT" --domain / --token 1 -- "$@"
+  else
+    timeout -k 10 "$TIMEOUT" "$@"
+  fi
+}
+
+OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k legacy_t1 legacy_t4
+  cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
+if has fencefs && [ "$FF_OK" = 0 ]; then
+  for k in "${OVERLAY_KEYS[@]}" rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+    note "$k" fencefs "$FF_REASON"
+  done
+fi
+if has raw; then
+  for k in cpu_legacy_t1 cpu_legacy_t4 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
+fi
+if has passthrough_ll; then note rss_bound_growth passthrough_ll "no process binding in passthrough_ll"; fi
+
+# ---------------------------------------------------------------------------------------------
+# Overlay workloads on tmpfs, interleaved: for each round, for each workload, A B C.
+# ---------------------------------------------------------------------------------------------
+run_fio() {  # run_fio KEY CONTENDER ROUND RW BS FIELD
+  local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out
+  d=$(workdir "$c")
+  out=$W/fio-$key-$c-$r.json
+  if as "$c" fio --name="$key" --filename="$d/fio.dat" --rw="$rw" --bs="$bs" --size="$FIO_SIZE" \
+      --ioengine=psync --runtime="$FIO_RUNTIME" --time_based --output-format=json \
+      --output="$out" >"$W/fio.err" 2>&1; then
+    local v
+    v=$(python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["jobs"][0]
+side = "read" if sys.argv[2].endswith("read") else "write"
+print("%.1f" % (j[side]["bw_bytes"] / 1e6 if sys.argv[3] == "mbps" else j[side]["iops"]))
+' "$out" "$rw" "$field")
+    record "$key" "$c" "$r" "$v"
+  else
+    note "$key" "$c" "round $r: fio failed: $(tail -2 "$W/fio.err")"
+  fi
+}
+
+run_legacy() {  # run_legacy CONTENDER ROUND THREADS
+  local c=$1 r=$2 th=$3 d pid t0 t1 out=$W/legacy.out
+  d=$(workdir "$c")/legacy-$r-$th
+  pid=$(daemon_pid "$c")
+  [ -n "$pid" ] && t0=$(daemon_ticks "$pid")
+  if as "$c" "$B/legacy_job" "$d" "$LEGACY_FILES" "$th" >"$out" 2>"$W/legacy.err"; then
+    [ -n "$pid" ] && t1=$(daemon_ticks "$pid")
+    local files
+    files=$(kv files "$out")
+    record "legacy_t$th" "$c" "$r" "$(kv files_per_s "$out")"
+    if [ -n "$pid" ]; then
+      record "cpu_legacy_t$th" "$c" "$r" \
+        "$(awk -v a="$t0" -v b="$t1" -v n="$files" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / n }')"
+    fi
+  else
+    note "legacy_t$th" "$c" "round $r: $(tail -1 "$W/legacy.err")"
+    [ -n "$pid" ] && note "cpu_legacy_t$th" "$c" "round $r: the legacy-job run failed"
+  fi
+  as "$c" rm -rf "$d" || true
+}
+
+run_meta() {  # run_meta CONTENDER ROUND
+  local c=$1 r=$2 d out=$W/meta.out
+  d=$(workdir "$c")/meta-$r
+  if as "$c" mkdir -p "$d" && as "$c" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
+    record meta_create "$c" "$r" "$(kv create_ops_per_s "$out")"
+    record meta_stat "$c" "$r" "$(kv stat_ops_per_s "$out")"
+    record meta_list "$c" "$r" "$(kv list_entries_per_s "$out")"
+    record meta_unlink "$c" "$r" "$(kv unlink_ops_per_s "$out")"
+  else
+    note meta_create "$c" "round $r: $(tail -1 "$W/meta.err")"
+  fi
+  as "$c" rm -rf "$d" || true
+}
+
+log "overlay rows: contenders ${ACTIVE[*]}, $ROUNDS rounds"
+for ((r = 1; r <= ROUNDS; r++)); do
+  for c in "${ACTIVE[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
+  for c in "${ACTIVE[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
+  for c in "${ACTIVE[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
+  for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 1; done
+  for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 4; done
+  for c in "${ACTIVE[@]}"; do run_meta "$c" "$r"; done
+done
+for c in "${ACTIVE[@]}"; do as "$c" rm -f "$(workdir "$c")/fio.dat" || true; done
+
+# ---------------------------------------------------------------------------------------------
+# Daemon memory: RSS growth per cached inode (and per bound process for fencefs). Fresh mounts.
+# ---------------------------------------------------------------------------------------------
+rss_run() {  # rss_run CONTENDER ROUND
+  # One fresh mount over RSS_INODES files made in BACKING. fencefs: first BOUND_PROCS live bound
+  # processes (growth per process), kept bound; then, for both daemons, lookups of every file
+  # (growth per inode); the peak (VmHWM) at the end covers both.
+  local c=$1 r=$2 b=$T/rss-$1-$2 m=$W/mnt/rss-$1-$2 pid rss0 rss1 i p first=${#SLEEPERS[@]}
+  mkdir -p "$b/many"
+  "$B/meta" create "$b/many" "$RSS_INODES" >/dev/null
+  if [ "$c" = passthrough_ll ]; then start_pt "$b" "$m" || { note rss_inode_growth "$c" "mount failed"; return; }
+  else start_ff "$b" "$m" || { note rss_inode_growth "$c" "mount failed: $(tail -1 "$FF_LOG")"; return; }; fi
+  pid=$DPID
+  stat "$m" "$m/many" >/dev/null
+  sleep 0.2
+  if [ "$c" = fencefs ]; then
+    local bound_ok=1
+    rss0=$(status_kb "$pid" VmRSS)
+    : >"$W/bind.err"
+    for ((i = 0; i < BOUND_PROCS; i++)); do
+      sh -c 'echo "bind / 1" > "$1/.fencefs/ctl" || exit 1; exec sleep 600' sh "$m" 2>>"$W/bind.err" &
+      SLEEPERS+=("$!")
+    done
+    # Bound = the shell exec'd sleep (the bind write succeeded); a failed bind exits the shell.
+    for p in "${SLEEPERS[@]:$first}"; do
+      for ((i = 0; i < 3000; i++)); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] && break
+        kill -0 "$p" 2>/dev/null || break
+        sleep 0.01
+      done
+      [ "$(cat "/proc/$p/comm" 2>/dev/null)" = sleep ] || bound_ok=0
+    done
+    if [ "$bound_ok" = 1 ]; then
+      rss1=$(status_kb "$pid" VmRSS)
+      record rss_bound_growth "$c" "$r" "$(awk -v a="$rss0" -v b="$rss1" -v n="$BOUND_PROCS" 'BEGIN { printf "%.1f", (b - a) * 1024 / n }')"
+    else
+      note rss_bound_growth "$c" "round $r: not every process could bind: $(tail -1 "$W/bind.err")"
+    fi
+  fi
+  rss0=$(status_kb "$pid" VmRSS)
+  local done_n=0 ok=1
+  if [ -n "$RSS_SMALL" ]; then
+    if "$B/meta" stat "$m/many" "$RSS_SMALL" >/dev/null 2>"$W/rss.err"; then
+      rss1=$(status_kb "$pid" VmRSS)
+      record rss_inode_growth_small "$c" "$r" "$(awk -v a="$rss0" -v b="$rss1" -v n="$RSS_SMALL" 'BEGIN { printf "%.1f", (b - a) * 1024 / n }')"
+      record rss_peak_small "$c" "$r" "$(status_kb "$pid" VmHWM)"
+      done_n=$RSS_SMALL
+    else
+      note rss_inode_growth_small "$c" "round $r: $(tail -1 "$W/rss.err")"
+      ok=0
+    fi
+  fi
+  if [ "$ok" = 1 ] && "$B/meta" stat "$m/many" "$RSS_INODES" "$done_n" >/dev/null 2>"$W/rss.err"; then
+    rss1=$(status_kb "$pid" VmRSS)
+    record rss_inode_growth "$c" "$r" "$(awk -v a="$rss0" -v b="$rss1" -v n="$RSS_INODES" 'BEGIN { printf "%.1f", (b - a) * 1024 / n }')"
+    record rss_peak "$c" "$r" "$(status_kb "$pid" VmHWM)"
+  else
+    local why
+    why=$(tail -1 "$W/rss.err")
+    case $why in *"open files"*) why="$why (the daemon's fd limit is $FD_LIMIT and cannot be raised here)" ;; esac
+    note rss_inode_growth "$c" "round $r: $why"
+    note rss_peak "$c" "round $r: the lookups failed"
+  fi
+  for p in "${SLEEPERS[@]:$first}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${SLEEPERS[@]:$first}"; do wait "$p" 2>/dev/null || true; done
+  SLEEPERS=("${SLEEPERS[@]:0:$first}")
+  stop_fs "$m" "$pid"
+  rm -rf "$b"
+}
+RSS_ACTIVE=()
+for c in "${ACTIVE[@]}"; do [ "$c" = raw ] || RSS_ACTIVE+=("$c"); done
+log "memory rows: ${RSS_ACTIVE[*]:-none}, $RSS_INODES inodes, $BOUND_PROCS bound processes"
+for ((r = 1; r <= RSS_ROUNDS; r++)); do
+  for c in "${RSS_ACTIVE[@]}"; do rss_run "$c" "$r"; done
+done
+
+# The overlay mounts are done with.
+[ -n "${PT_PID:-}" ] && stop_fs "$PT_MNT" "$PT_PID"
+[ -n "${FF_PID:-}" ] && stop_fs "$FF_MNT" "$FF_PID"
+
+# ---------------------------------------------------------------------------------------------
+# Journal rows (fencefs only) on the real disk.
+# ---------------------------------------------------------------------------------------------
+JOURNAL_KEYS=(adv_d1 adv_d4 adv_d16 recovery_lib recovery_mount recovery_mount_empty)
+evict() {  # fsync, then drop from the page cache, every file below $1 (a cold read for recovery)
+  python3 - "$1" <<'EOF'
+import os, sys
+for d, _, files in os.walk(sys.argv[1]):
+    for f in files:
+        p = os.path.join(d, f)
+        if os.path.islink(p) or not os.path.isfile(p):
+            continue
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+EOF
+}
+# time_mount BACKING MNT: sets MOUNT_SECS to the time from starting fencefs to the mount showing in
+# /proc/mounts (polled every 10 ms); unmounts again.
+time_mount() {
+  local t0 t1
+  t0=$(date +%s%N)
+  start_ff "$1" "$2" || return 1
+  t1=$(date +%s%N)
+  stop_fs "$2" "$DPID"
+  MOUNT_SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", (b - a) / 1e9 }')
+}
+
+if ! has fencefs; then
+  :
+elif [ "$FF_OK" = 0 ]; then
+  for k in "${JOURNAL_KEYS[@]}"; do note "$k" fencefs "$FF_REASON"; done
+else
+  # Advances per second at 1, 4 and 16 concurrent domains.
+  log "journal rows on $DISK_DIR: advances/s at 1, 4, 16 domains"
+  ab=$J/adv
+  mkdir -p "$ab"
+  for i in $(seq 1 16); do mkdir -p "$ab/d$i"; done
+  if start_ff "$ab" "$J/mnt-adv"; then
+    apid=$DPID
+    dom_ok=1
+    for i in $(seq 1 16); do
+      if ! "$FENCECTL" domain add "$J/mnt-adv/d$i" >"$W/dom.err" 2>&1; then dom_ok=0; break; fi
+    done
+    if [ "$dom_ok" = 1 ]; then
+      for ((r = 1; r <= ROUNDS; r++)); do
+        for k in 1 4 16; do
+          if timeout -k 10 "$TIMEOUT" "$B/advance" "$J/mnt-adv" "$k" "$ADV_SECS" 1 \
+              >"$W/adv.out" 2>"$W/adv.err"; then
+            record "adv_d$k" fencefs "$r" "$(kv advances_per_s "$W/adv.out")"
+          else
+            note "adv_d$k" fencefs "round $r: $(tail -1 "$W/adv.err")"
+          fi
+        done
+      done
+    else
+      for k in 1 4 16; do note "adv_d$k" fencefs "fencectl domain add failed: $(tail -1 "$W/dom.err")"; done
+    fi
+    stop_fs "$J/mnt-adv" "$apid"
+  else
+    for k in 1 4 16; do note "adv_d$k" fencefs "mount on $DISK_DIR failed: $(tail -1 "$FF_LOG")"; done
+  fi
+  rm -rf "$ab"
+
+  # Recovery of a JOURNAL_RECORDS-record journal.
+  if [ -z "$JB" ]; then
+    for k in recovery_lib recovery_mount recovery_mount_empty; do note "$k" fencefs "$JB_REASON"; done
+  else
+    log "journal rows: generating a $JOURNAL_RECORDS-record journal (on tmpfs, then copied to $DISK_DIR)"
+    # (a) Library: StateStore::open on a state dir holding only the generated journal.
+    if timeout -k 10 "$TIMEOUT" "$JB" generate "$T/jgen" "$JOURNAL_RECORDS" 16 >"$W/jgen.out" 2>"$W/jgen.err"; then
+      log "generated: $(tr '\n' ' ' <"$W/jgen.out")"
+      cp -a "$T/jgen" "$J/jmaster"; rm -rf "$T/jgen"
+      for ((r = 1; r <= ROUNDS; r++)); do
+        rm -rf "$J/jtrial"; cp -a "$J/jmaster" "$J/jtrial"; evict "$J/jtrial"
+        if timeout -k 10 "$TIMEOUT" "$JB" recover "$J/jtrial" >"$W/jrec.out" 2>"$W/jrec.err"; then
+          replayed=$(kv records_replayed "$W/jrec.out")
+          if [ "${replayed:-0}" -ge "$JOURNAL_RECORDS" ]; then
+            record recovery_lib fencefs "$r" "$(kv seconds "$W/jrec.out")"
+          else
+            note recovery_lib fencefs "round $r: replayed only ${replayed:-?} of $JOURNAL_RECORDS records (compacted?)"
+          fi
+        else
+          note recovery_lib fencefs "round $r: $(tail -1 "$W/jrec.err")"
+        fi
+      done
+      rm -rf "$J/jtrial" "$J/jmaster"
+    else
+      note recovery_lib fencefs "generation failed: $(tail -1 "$W/jgen.err")"
+    fi
+    # (b) Mount: time from starting fencefs to the mount appearing, on a backing whose state
+    # journal holds JOURNAL_RECORDS more records, against the same backing with a fresh state.
+    mb=$T/mrec
+    mkdir -p "$mb"
+    if start_ff "$mb" "$W/mnt/mrec"; then
+      stop_fs "$W/mnt/mrec" "$DPID"
+      sdir=$(find "$mb/.fencefs" -maxdepth 3 -type f -name journal -printf '%h\n' 2>/dev/null | head -1)
+      if [ -z "$sdir" ]; then
+        for k in recovery_mount recovery_mount_empty; do note "$k" fencefs "no journal file found under BACKING/.fencefs"; done
+      else
+        cp -a "$mb" "$J/mrec_empty"
+        if timeout -k 10 "$TIMEOUT" "$JB" generate "$sdir" "$JOURNAL_RECORDS" 0 >"$W/mgen.out" 2>"$W/mgen.err"; then
+          cp -a "$mb" "$J/mrec_full"
+          for ((r = 1; r <= ROUNDS; r++)); do
+            for kind in empty full; do
+              key=recovery_mount; [ "$kind" = empty ] && key=recovery_mount_empty
+              rm -rf "$J/mtrial"; cp -a "$J/mrec_$kind" "$J/mtrial"; evict "$J/mtrial"
+              if time_mount "$J/mtrial" "$J/mnt-rec"; then
+                record "$key" fencefs "$r" "$MOUNT_SECS"
+              else
+                note "$key" fencefs "round $r: mount failed: $(tail -1 "$FF_LOG")"
+              fi
+            done
+          done
+        else
+          note recovery_mount fencefs "generation in BACKING/.fencefs failed: $(tail -1 "$W/mgen.err")"
+          note recovery_mount_empty fencefs "skipped with the recovery_mount row"
+        fi
+      fi
+    else
+      for k in recovery_mount recovery_mount_empty; do note "$k" fencefs "mount failed: $(tail -1 "$FF_LOG")"; done
+    fi
+    rm -rf "$mb" "$J/mtrial" "$J/mrec_empty" "$J/mrec_full"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+mkdir -p "$OUT"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+export BENCH_R_NPROC BENCH_R_MODEL BENCH_R_KERNEL BENCH_R_DATE BENCH_R_LIBFUSE BENCH_R_FIO BENCH_R_MEM
+BENCH_R_NPROC=$(nproc)
+BENCH_R_MODEL=${model:-unknown}
+BENCH_R_KERNEL=$(uname -r)
+BENCH_R_DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+BENCH_R_LIBFUSE=$(pkg-config --modversion fuse3)
+BENCH_R_FIO=$(fio --version)
+BENCH_R_MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576; exit }' /proc/meminfo)
+python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
+  --contenders "${CONTENDERS}" \
+  --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
+  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" \
+  "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
+  "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "tmpfs_size=$TMPFS_SIZE" \
+  "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
+  "setup=$SETUP_STATUS" "fencefs_binary=$FENCEFS"
+cp "$OUT/latest.md" "$OUT/$stamp.md"
+cp "$OUT/latest.json" "$OUT/$stamp.json"
+log "wrote $OUT/latest.md, $OUT/latest.json (and $stamp.*)"
