@@ -28,7 +28,7 @@ struct RecoveryReport {
 };
 
 struct Options {
-  uint64_t compact_threshold_bytes = 4u << 20;  // journal size that triggers a snapshot
+  uint64_t compact_threshold_bytes = 4u << 20;  // journal size that triggers a snapshot (0: never)
   bool create_if_missing = false;               // initialise an empty/missing dir
 };
 
@@ -53,10 +53,17 @@ class StateStore {
   virtual const RecoveryReport& report() const = 0;
 
   // Durably raises a domain's epoch; returns only after the record is synced (group commit:
-  // concurrent callers share one fdatasync). 0, EINVAL (epoch not above the current durable one,
-  // unknown domain) or EIO (sync failed, or the store is poisoned). A failed sync poisons the store.
+  // concurrent callers share one fdatasync). 0, EINVAL (unknown domain) or EIO (sync failed, or
+  // the store is poisoned). A failed sync poisons the store.
+  // An epoch not above the durable one returns 0 at once, even when poisoned: it is already
+  // durable and needs no new record. So 0 means "the durable epoch is now >= epoch", not "epoch
+  // was the highest": comparing a caller's token with the durable epoch is the fence's job.
   virtual int advance(uint32_t domain_id, uint64_t epoch) = 0;
-  // Durably declares a new domain at epoch 0. EEXIST if id or path exists, EIO as above.
+  // The durable epoch of a domain (the one that admits writes): 0, or EINVAL for an unknown one.
+  // (Not pure, so that test doubles need not implement it: the default searches domains().)
+  virtual int durable_epoch(uint32_t domain_id, uint64_t* epoch) const;
+  // Durably declares a new domain at epoch 0. EEXIST if id or path exists, EINVAL for an invalid
+  // path (not "/...", longer than 4096 bytes, or containing NUL), EIO as above.
   virtual int add_domain(uint32_t id, const std::string& path) = 0;
   // Rewrites the whole state as a fresh snapshot + empty journal; clears poison when it succeeds.
   virtual int rewrite() = 0;
