@@ -92,6 +92,10 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   Epoch before = d.epoch.load();
   if (before >= token) return 0;  // someone else advanced meanwhile; the caller re-judges
+  if (store_.poisoned()) {
+    int err = heal_journal(c);
+    if (err) return err;
+  }
   int err = store_.advance(d.id, token);
   if (err) return err;
   d.epoch.store(token, std::memory_order_release);
@@ -111,6 +115,25 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   log::debug("domain {}: epoch {} -> {} by {} (pid {})", d.path, before, token, op.name, c.pid);
   audit(std::move(e), c);
   return 0;
+}
+
+int Fence::heal_journal(const Caller& c) {
+  // A failed fsync is never retried: the durable state is written anew into fresh files, and only
+  // a rewrite whose every sync succeeded lifts the poison. At most one attempt per 100 ms.
+  int64_t now = now_ns();
+  int64_t last = last_heal_ns_.load();
+  if (now - last < 100000000 || !last_heal_ns_.compare_exchange_strong(last, now)) return EIO;
+  int err = store_.rewrite();
+  audit::Event e;
+  e.op = "journal_rewrite";
+  e.decision = err ? "refused" : "info";
+  e.reason = err ? "io" : "";
+  e.err = err ? EIO : 0;
+  e.message = err ? fmt::format("journal still failing after a failed fsync: {}", strerror(err))
+                  : "journal rewritten after a failed fsync; advances resume";
+  log::warn("{}", e.message);
+  audit(std::move(e), c);
+  return err ? EIO : 0;
 }
 
 int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op& op,

@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <atomic>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -103,6 +104,7 @@ class Fence {
 
  private:
   int raise(Domain& d, Epoch token, const Caller& c, const Op& op);
+  int heal_journal(const Caller& c);
   int refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
              std::string message);
 
@@ -111,6 +113,7 @@ class Fence {
   journal::StateStore& store_;
   audit::Log* audit_;
   HighWater* highwater_;
+  std::atomic<int64_t> last_heal_ns_{0};
   std::mutex domain_add_mu_;
 };
 

@@ -145,6 +145,13 @@ TEST(Durability, FsyncFailureFailsClosed) {
   ASSERT_EQ(0, sh("fiu-ctrl -c 'disable name=posix/io/sync/fsync' " + pid));
   std::string status = sh_out(std::string(FENCECTL_BIN) + " status --json --mount " + m.mnt());
   EXPECT_NE(std::string::npos, status.find("\"poisoned\":true")) << status;
+  // The next advance rewrites the state into fresh files first; with fsync healthy, that lifts
+  // the poison.
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(0, in_child([&] { return m.ctl("advance / 3"); }));
+  EXPECT_EQ(3u, epoch_of(m.mnt()));
+  status = sh_out(std::string(FENCECTL_BIN) + " status --json --mount " + m.mnt());
+  EXPECT_NE(std::string::npos, status.find("\"poisoned\":false")) << status;
   m.kill9();
   ASSERT_TRUE(m.remount()) << m.daemon_log();
   uint64_t e = epoch_of(m.mnt());
