@@ -389,6 +389,17 @@ std::string Fs::render_metrics() {
   out += "# HELP fencefs_journal_syncs_total fdatasync calls on the journal.\n"
          "# TYPE fencefs_journal_syncs_total counter\n";
   out += fmt::format("fencefs_journal_syncs_total {}\n", js.syncs);
+  out += "# HELP fencefs_journal_fsync_seconds Latency of the journal's fdatasync per batch.\n"
+         "# TYPE fencefs_journal_fsync_seconds histogram\n";
+  uint64_t cum = 0;
+  for (size_t b = 0; b < journal::Stats::kNumSyncBuckets; b++) {
+    cum += js.sync_le[b];
+    out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"{}\"}} {}\n",
+                       journal::Stats::kSyncBuckets[b], cum);
+  }
+  out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"+Inf\"}} {}\n", js.syncs);
+  out += fmt::format("fencefs_journal_fsync_seconds_sum {}\n", js.sync_seconds_sum);
+  out += fmt::format("fencefs_journal_fsync_seconds_count {}\n", js.syncs);
   out += "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
          "# TYPE fencefs_journal_poisoned gauge\n";
   out += fmt::format("fencefs_journal_poisoned {}\n", fence_.store().poisoned() ? 1 : 0);

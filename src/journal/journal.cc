@@ -487,9 +487,17 @@ class Store final : public StateStore {
       for (const auto& op : batch) format::append_record(&buf, &chain, op->rec);
       rc = journal_->append(buf.data(), buf.size());
       const bool tried_sync = rc == 0;
+      auto t0 = std::chrono::steady_clock::now();
       if (rc == 0) rc = journal_->sync();
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rc == 0) chain_ = chain;
       lk.lock();
+      if (tried_sync) {
+        size_t b = 0;
+        while (b + 1 < Stats::kNumSyncBuckets && secs > Stats::kSyncBuckets[b]) b++;
+        if (secs <= Stats::kSyncBuckets[b]) stats_.sync_le[b]++;  // beyond the last: +Inf only
+        stats_.sync_seconds_sum += secs;
+      }
       stats_.records += batch.size();
       journal_size_ += buf.size();
       if (tried_sync) stats_.syncs++;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -39,6 +40,13 @@ struct Stats {
   uint64_t records = 0;        // records appended since open
   uint64_t compactions = 0;
   uint64_t sync_failures = 0;
+  // fdatasync latency of journal batches: counts per upper bound (seconds) in kSyncBuckets, and
+  // the total time, for a Prometheus histogram.
+  static constexpr double kSyncBuckets[] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                            0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
+  static constexpr size_t kNumSyncBuckets = std::size(kSyncBuckets);
+  uint64_t sync_le[kNumSyncBuckets] = {};  // not cumulative: one bucket per sync
+  double sync_seconds_sum = 0;
 };
 
 class StateStore {
