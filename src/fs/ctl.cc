@@ -55,7 +55,7 @@ int resolve_dir(Fs& f, const std::string& rel, struct stat* st) {
   open_how how{};
   how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int fd = static_cast<int>(syscall(SYS_openat2, f.root().fd, rel.c_str() + 1, &how, sizeof how));
+  int fd = static_cast<int>(syscall(SYS_openat2, f.root().fd.load(), rel.c_str() + 1, &how, sizeof how));
   if (fd < 0) return errno;
   int r = fstat(fd, st);
   int err = r == 0 ? 0 : errno;

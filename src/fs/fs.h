@@ -24,8 +24,21 @@ enum class Kind : uint8_t { Real, CtlDir, CtlFile, StatusFile, MetricsFile };
 
 constexpr Epoch kStampUnknown = ~0ULL;
 
+// A file handle (name_to_handle_at) to reopen an inode whose idle fd was reclaimed.
+struct FileId {
+  int type = 0;
+  uint8_t len = 0;  // 0: cannot be reopened, so the fd is never reclaimed
+  unsigned char bytes[23] = {};
+};
+
 struct Inode {
-  int fd = -1;  // O_PATH
+  // O_PATH fd. The process may hold only so many fds (the hard limit here is 20,000), so the fd of
+  // an idle inode may be closed and reopened from `id` later; handlers see it only while pinned.
+  std::atomic<int> fd{-1};
+  std::atomic<uint32_t> users{0};          // pins in flight
+  std::atomic<uint32_t> open_handles{0};   // open files: never reclaimed (may be unlinked)
+  std::atomic<uint32_t> last_use{0};       // coarse seconds, for choosing idle victims
+  FileId id;
   dev_t dev = 0;
   ino_t ino = 0;
   mode_t type = 0;  // S_IFMT bits
@@ -34,7 +47,7 @@ struct Inode {
   std::atomic<Domain*> domain{nullptr};
   std::atomic<uint64_t> domain_gen{0};
   std::atomic<Epoch> stamp{kStampUnknown};  // last-epoch stamp, loaded lazily
-  std::mutex stamp_mu;                       // orders stamp writes
+  std::mutex mu;                              // orders stamp writes; fd reclaim and reopen
 };
 
 struct Handle {
@@ -66,6 +79,10 @@ class Fs {
   fence::Bindings& bindings() { return bindings_; }
 
   Inode& root() { return root_; }
+  // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
+  int pin(Inode& i);
+  void unpin(Inode& i) { i.users.fetch_sub(1); }
+  size_t open_inode_fds() const { return open_fds_.load(); }
   Inode* inode(fuse_ino_t ino);
   fuse_ino_t ino_of(Inode* i) const;
   // Looks up (or creates) the inode for an entry; fills e. 0 or errno.
@@ -76,8 +93,8 @@ class Fs {
 
   // The domain holding an inode (recomputed from its path when domains changed).
   Domain& domain_of(Inode& i);
-  // Reads the inode's stamp (cached after the first read).
-  Epoch stamp_of(Inode& i);
+  // Reads the inode's stamp (cached after the first read); fd: an open fd of it, or -1.
+  Epoch stamp_of(Inode& i, int fd = -1);
   // Records epoch `e` (and current size/mtime) as the inode's stamp. fd: a real fd or -1.
   void stamp(Inode& i, int fd, Epoch e);
 
@@ -100,8 +117,27 @@ class Fs {
   fence::Fence& fence_;
   fence::Bindings& bindings_;
   Inode root_;
+  void reclaim_fds();
   std::mutex table_mu_;
   std::map<std::pair<ino_t, dev_t>, std::unique_ptr<Inode>> table_;
+  int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
+  std::atomic<size_t> open_fds_{0};
+  size_t fd_soft_limit_ = 0;
+  std::atomic<bool> reclaiming_{false};
+};
+
+// Pins the inodes of one request for the handler's duration.
+class Pinned {
+ public:
+  Pinned(Fs& f, Inode* a, Inode* b = nullptr);
+  ~Pinned();
+  int error() const { return err_; }
+
+ private:
+  Fs& f_;
+  Inode* a_ = nullptr;
+  Inode* b_ = nullptr;
+  int err_ = 0;
 };
 
 Fs& fs(fuse_req_t req);

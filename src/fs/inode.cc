@@ -6,7 +6,11 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <sys/resource.h>
+
 #include <charconv>
+#include <chrono>
+#include <vector>
 #include <cstring>
 
 #include "common/log.h"
@@ -27,12 +31,25 @@ Epoch parse_stamp_epoch(std::string_view v) {
   return e;
 }
 
+
+uint32_t coarse_now() {
+  return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 }  // namespace
 
 Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd)
     : opts_(std::move(opts)), fence_(fence), bindings_(bindings) {
   struct stat st;
   if (fstat(root_fd, &st) != 0) throw std::runtime_error("stat of backing failed");
+  mount_fd_ = open(opts_.backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  rlimit rl{};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  // Leave room for open files, directories, pidfds and the journal.
+  size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
+  fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
   root_.fd = root_fd;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;
@@ -52,6 +69,73 @@ Fs::~Fs() {
   for (auto& [k, i] : table_)
     if (i->fd >= 0) ::close(i->fd);
   if (root_.fd >= 0) ::close(root_.fd);
+  if (mount_fd_ >= 0) ::close(mount_fd_);
+}
+
+int Fs::pin(Inode& i) {
+  i.users.fetch_add(1);
+  if (i.fd.load() >= 0 || &i == &root_ || is_virtual(i)) return 0;
+  std::lock_guard lk(i.mu);
+  if (i.fd.load() >= 0) return 0;
+  if (i.id.len == 0) return ESTALE;
+  struct {
+    file_handle h;
+    unsigned char bytes[sizeof(FileId::bytes)];
+  } buf;
+  buf.h.handle_bytes = i.id.len;
+  buf.h.handle_type = i.id.type;
+  memcpy(buf.h.f_handle, i.id.bytes, i.id.len);
+  int fd = open_by_handle_at(mount_fd_, &buf.h, O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? ESTALE : errno;
+  i.fd.store(fd);
+  i.last_use.store(coarse_now(), std::memory_order_relaxed);
+  open_fds_++;
+  return 0;
+}
+
+Pinned::Pinned(Fs& f, Inode* a, Inode* b) : f_(f) {
+  if (a && (err_ = f.pin(*a)) == 0) a_ = a;
+  else if (a) f.unpin(*a);
+  if (!err_ && b && b != a) {
+    if ((err_ = f.pin(*b)) == 0) b_ = b;
+    else f.unpin(*b);
+  }
+}
+
+Pinned::~Pinned() {
+  if (a_) f_.unpin(*a_);
+  if (b_) f_.unpin(*b_);
+}
+
+// Closes the fds of idle inodes until well under the soft limit. An fd is taken away only under
+// the inode's mutex and only when no pin is in flight; a pin that races sees -1 and reopens.
+void Fs::reclaim_fds() {
+  if (reclaiming_.exchange(true)) return;
+  uint32_t now = coarse_now();
+  size_t target = fd_soft_limit_ - fd_soft_limit_ / 4;
+  std::vector<Inode*> victims;
+  {
+    std::lock_guard lk(table_mu_);
+    for (auto& [k, i] : table_) {
+      if (open_fds_.load() - victims.size() <= target) break;
+      if (i->id.len == 0 || i->open_handles.load() || i->users.load() || i->fd.load() < 0)
+        continue;
+      if (now - i->last_use.load(std::memory_order_relaxed) < 1) continue;
+      victims.push_back(i.get());
+    }
+    for (Inode* i : victims) {
+      std::lock_guard ilk(i->mu);
+      int fd = i->fd.exchange(-1);
+      if (fd < 0) continue;
+      if (i->users.load() != 0 || i->open_handles.load() != 0) {
+        i->fd.store(fd);
+        continue;
+      }
+      ::close(fd);
+      open_fds_--;
+    }
+  }
+  reclaiming_ = false;
 }
 
 Inode* Fs::inode(fuse_ino_t ino) {
@@ -101,7 +185,22 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     i->dev = st.st_dev;
     i->ino = st.st_ino;
     i->type = st.st_mode & S_IFMT;
+    i->last_use = coarse_now();
+    if (st.st_dev == root_.dev) {  // handles resolve through BACKING's own filesystem only
+      struct {
+        file_handle h;
+        unsigned char bytes[sizeof(FileId::bytes)];
+      } buf;
+      buf.h.handle_bytes = sizeof(FileId::bytes);
+      int mnt_id;
+      if (name_to_handle_at(fd, "", &buf.h, &mnt_id, AT_EMPTY_PATH) == 0) {
+        i->id.type = buf.h.handle_type;
+        i->id.len = static_cast<uint8_t>(buf.h.handle_bytes);
+        memcpy(i->id.bytes, buf.h.f_handle, buf.h.handle_bytes);
+      }
+    }
     n_inodes++;
+    open_fds_++;
     // A directory that roots a domain belongs to it; anything else to its parent's domain.
     Domain* d = nullptr;
     if (S_ISDIR(st.st_mode) && fence_.domains().size() > 1)
@@ -114,6 +213,9 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   }
   i->nlookup++;
   e->ino = ino_of(i);
+  bool over = open_fds_.load() > fd_soft_limit_;
+  lk.unlock();
+  if (over) reclaim_fds();
   return 0;
 }
 
@@ -122,7 +224,11 @@ void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
   if (i == &root_ || is_virtual(*i)) return;
   std::lock_guard lk(table_mu_);
   if (i->nlookup.fetch_sub(n) == n) {
-    ::close(i->fd);
+    int fd = i->fd.exchange(-1);
+    if (fd >= 0) {
+      ::close(fd);
+      open_fds_--;
+    }
     table_.erase({i->ino, i->dev});
     n_inodes--;
   }
@@ -153,13 +259,14 @@ Domain& Fs::domain_of(Inode& i) {
   return *found;
 }
 
-Epoch Fs::stamp_of(Inode& i) {
+Epoch Fs::stamp_of(Inode& i, int fd) {
   Epoch s = i.stamp.load(std::memory_order_acquire);
   if (s != kStampUnknown) return s;
   Epoch e = 0;
   if (opts_.stamps && i.type == S_IFREG) {
     char buf[128];
-    ssize_t n = getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
+    ssize_t n = fd >= 0 ? fgetxattr(fd, kStampXattr, buf, sizeof buf)
+                        : getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
     if (n > 0) e = parse_stamp_epoch(std::string_view(buf, static_cast<size_t>(n)));
   }
   Epoch expected = kStampUnknown;
@@ -169,8 +276,10 @@ Epoch Fs::stamp_of(Inode& i) {
 
 void Fs::stamp(Inode& i, int fd, Epoch e) {
   if (!opts_.stamps || i.type != S_IFREG) return;
-  std::lock_guard lk(i.stamp_mu);
-  Epoch cur = stamp_of(i);
+  Pinned pin(*this, fd >= 0 ? nullptr : &i);
+  if (pin.error()) return;
+  std::lock_guard lk(i.mu);
+  Epoch cur = stamp_of(i, fd);
   if (e < cur) e = cur;  // stamps never go down, whatever order handles close in
   struct stat st;
   int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);

@@ -17,24 +17,55 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_readahead = 1u << 20;
 }
 
+// Pins the inode a request names for the handler's duration (see Fs::pin), then runs it.
+template <auto Handler, typename... A>
+void pinned(fuse_req_t req, fuse_ino_t ino, A... a) {
+  Fs& f = fs(req);
+  Pinned pin(f, f.inode(ino));
+  if (pin.error()) return (void)fuse_reply_err(req, pin.error());
+  Handler(req, ino, a...);
+}
+
+void pinned_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
+  Fs& f = fs(req);
+  Pinned pin(f, f.inode(parent));
+  if (pin.error()) return (void)fuse_reply_err(req, pin.error());
+  op_symlink(req, link, parent, name);
+}
+
+void pinned_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
+  Fs& f = fs(req);
+  Pinned pin(f, f.inode(ino), f.inode(newparent));
+  if (pin.error()) return (void)fuse_reply_err(req, pin.error());
+  op_link(req, ino, newparent, newname);
+}
+
+void pinned_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
+                   const char* newname, unsigned int flags) {
+  Fs& f = fs(req);
+  Pinned pin(f, f.inode(parent), f.inode(newparent));
+  if (pin.error()) return (void)fuse_reply_err(req, pin.error());
+  op_rename(req, parent, name, newparent, newname, flags);
+}
+
 fuse_lowlevel_ops make_ops() {
   fuse_lowlevel_ops o{};
   o.init = op_init;
-  o.lookup = op_lookup;
+  o.lookup = pinned<op_lookup>;
   o.forget = op_forget;
   o.forget_multi = op_forget_multi;
-  o.getattr = op_getattr;
-  o.setattr = op_setattr;
-  o.readlink = op_readlink;
-  o.mknod = op_mknod;
-  o.mkdir = op_mkdir;
-  o.symlink = op_symlink;
-  o.link = op_link;
-  o.unlink = op_unlink;
-  o.rmdir = op_rmdir;
-  o.rename = op_rename;
-  o.open = op_open;
-  o.create = op_create;
+  o.getattr = pinned<op_getattr>;
+  o.setattr = pinned<op_setattr>;
+  o.readlink = pinned<op_readlink>;
+  o.mknod = pinned<op_mknod>;
+  o.mkdir = pinned<op_mkdir>;
+  o.symlink = pinned_symlink;
+  o.link = pinned_link;
+  o.unlink = pinned<op_unlink>;
+  o.rmdir = pinned<op_rmdir>;
+  o.rename = pinned_rename;
+  o.open = pinned<op_open>;
+  o.create = pinned<op_create>;
   o.read = op_read;
   o.write = op_write;
   o.flush = op_flush;
@@ -43,17 +74,17 @@ fuse_lowlevel_ops make_ops() {
   o.fallocate = op_fallocate;
   o.copy_file_range = op_copy_file_range;
   o.lseek = op_lseek;
-  o.ioctl = op_ioctl;
-  o.opendir = op_opendir;
-  o.readdir = op_readdir;
-  o.readdirplus = op_readdirplus;
+  o.ioctl = pinned<op_ioctl>;
+  o.opendir = pinned<op_opendir>;
+  o.readdir = pinned<op_readdir>;
+  o.readdirplus = pinned<op_readdirplus>;
   o.releasedir = op_releasedir;
   o.fsyncdir = op_fsyncdir;
   o.statfs = op_statfs;
-  o.setxattr = op_setxattr;
-  o.getxattr = op_getxattr;
-  o.listxattr = op_listxattr;
-  o.removexattr = op_removexattr;
+  o.setxattr = pinned<op_setxattr>;
+  o.getxattr = pinned<op_getxattr>;
+  o.listxattr = pinned<op_listxattr>;
+  o.removexattr = pinned<op_removexattr>;
   return o;
 }
 

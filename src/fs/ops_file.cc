@@ -21,10 +21,10 @@ int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
 
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out) {
   Fs& f = fs(req);
-  fence::Op op{opname, {h.inode->fd, nullptr}, {}};
+  fence::Op op{opname, {h.fd, nullptr}, {}};
   int err = f.fence().admit(*h.domain, h.token.load(), 0, f.caller(req), op, out);
   if (err == ESTALE) h.stale = true;
-  if (!err && f.stamp_of(*h.inode) < out->token()) f.stamp(*h.inode, h.fd, out->token());
+  if (!err && f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token());
   if (!err) h.dirty.store(true, std::memory_order_relaxed);
   return err;
 }
@@ -34,6 +34,7 @@ static bool wants_write(int flags) {
 }
 
 static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writable) {
+  i.open_handles++;  // an open file's inode keeps its fd: it may be unlinked, beyond reopening
   auto* h = new Handle;
   h->fd = fd;
   h->inode = &i;
@@ -76,6 +77,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   set_open_flags(f, fi, writable);
   if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
     ::close(fd);
+    i.open_handles--;
     delete h;
   }
 }
@@ -108,6 +110,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   set_open_flags(f, fi, true);
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
     ::close(fd);
+    i.open_handles--;
     delete h;
   }
 }
@@ -148,6 +151,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Handle* h = handle_of(fi);
   if (h->inode->kind == Kind::Real && h->dirty.load()) f.stamp(*h->inode, h->fd, h->token.load());
   if (h->fd >= 0) ::close(h->fd);
+  if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   delete h;
   fuse_reply_err(req, 0);
 }

@@ -429,3 +429,32 @@ TEST(Core, OwnershipIsTheCallers) {
               return E(open(m.path("roots").c_str(), O_WRONLY));
             }));
 }
+
+// More inodes than the process may hold fds (the hard limit here is 20,000): idle inodes give
+// their fd back and reopen it from a file handle when used again.
+TEST(Core, MoreInodesThanFileDescriptors) {
+  constexpr int kFiles = 30000;
+  Mount m({}, [](const std::string& b) {
+    std::filesystem::create_directory(b + "/many");
+    for (int i = 0; i < kFiles; i++) std::ofstream(b + "/many/f" + std::to_string(i)) << i;
+  });
+  struct stat st;
+  for (int i = 0; i < kFiles; i++)
+    ASSERT_EQ(0, stat(m.path("many/f" + std::to_string(i)).c_str(), &st)) << i << ": " << errno;
+  // The earliest ones were reclaimed by now; every kind of use brings them back.
+  EXPECT_EQ(0, as_job(m, 1, [&] {
+              for (int i = 0; i < 200; i++) {
+                std::string p = m.path("many/f" + std::to_string(i));
+                if (chmod(p.c_str(), 0600)) return 100 + errno;
+                int fd = open(p.c_str(), O_WRONLY | O_APPEND);
+                if (fd < 0) return 200 + errno;
+                if (write(fd, "+", 1) != 1) return 3;
+                close(fd);
+                if (slurp(p) != std::to_string(i) + "+") return 4;
+                if (xattr(p, "user.fencefs.last_epoch") != "1") return 5;
+              }
+              return 0;
+            }));
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  EXPECT_NE(std::string::npos, metrics.find("fencefs_inodes")) << metrics;
+}
