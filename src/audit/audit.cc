@@ -1,115 +1,436 @@
 #include "audit/audit.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 
 #include "common/log.h"
+#include "common/proc.h"
 
 namespace fencefs::audit {
+namespace {
+
+constexpr const char* kBase = "audit.log";
+
+// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one.
+size_t utf8_len(std::string_view s, size_t i) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  unsigned char c = b(i);
+  size_t n;
+  uint32_t cp;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+    cp = c & 0x1f;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    cp = c & 0x0f;
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    cp = c & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; k++) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+      (cp >= 0xd800 && cp <= 0xdfff))
+    return 0;  // overlong, out of range, or a surrogate
+  return n;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Reads exactly `n` digits at s[*i] into *v.
+bool digits(std::string_view s, size_t* i, size_t n, int* v) {
+  if (*i + n > s.size() || !all_digits(s.substr(*i, n))) return false;
+  std::from_chars(s.data() + *i, s.data() + *i + n, *v);
+  *i += n;
+  return true;
+}
+
+bool take(std::string_view s, size_t* i, char c) {
+  if (*i < s.size() && s[*i] == c) {
+    ++*i;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        i++;
+        continue;
+      case '\\':
+        out += "\\\\";
+        i++;
+        continue;
+      case '\n':
+        out += "\\n";
+        i++;
+        continue;
+      case '\t':
+        out += "\\t";
+        i++;
+        continue;
+      case '\r':
+        out += "\\r";
+        i++;
+        continue;
       default:
-        if (c < 0x20 || c >= 0x7f) {
-          out += fmt::format("\\u{:04x}", c);  // bytes, not code points: paths need not be UTF-8
-        } else {
-          out += static_cast<char>(c);
-        }
+        break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\u{:04x}", c);
+      i++;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      i++;
+    } else if (size_t n = utf8_len(s, i)) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\udc{:02x}", c);  // a stray byte: paths need not be UTF-8
+      i++;
     }
   }
   return out;
 }
 
-std::string to_json(const Event& e, int64_t unix_ns) {
-  time_t secs = static_cast<time_t>(unix_ns / 1000000000);
+std::string format_time(int64_t unix_ns) {
+  int64_t secs = unix_ns / 1000000000;
+  int64_t ns = unix_ns % 1000000000;
+  if (ns < 0) {
+    ns += 1000000000;
+    secs -= 1;
+  }
+  time_t t = static_cast<time_t>(secs);
   struct tm tm;
-  gmtime_r(&secs, &tm);
+  gmtime_r(&t, &tm);
   char ts[64];
   strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:06d}Z", ts, static_cast<int>(ns / 1000));
+}
+
+int64_t now_unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string to_json(const Event& e, int64_t unix_ns) {
   std::string out = fmt::format(
-      "{{\"time\":\"{}.{:06d}Z\",\"op\":\"{}\",\"decision\":\"{}\",\"reason\":\"{}\","
+      "{{\"time\":\"{}\",\"op\":\"{}\",\"decision\":\"{}\",\"reason\":\"{}\","
       "\"domain\":\"{}\",\"path\":\"{}\"",
-      ts, static_cast<int>((unix_ns / 1000) % 1000000), json_escape(e.op), json_escape(e.decision),
-      json_escape(e.reason), json_escape(e.domain), json_escape(e.path));
+      format_time(unix_ns), json_escape(e.op), json_escape(e.decision), json_escape(e.reason),
+      json_escape(e.domain), json_escape(e.path));
   if (!e.path2.empty()) out += fmt::format(",\"path2\":\"{}\"", json_escape(e.path2));
+  const char* ename = e.err ? strerrorname_np(e.err) : nullptr;
   out += fmt::format(
       ",\"token\":\"{}\",\"epoch_before\":{},\"epoch_after\":{},\"errno\":{},\"error\":\"{}\","
-      "\"pid\":{},\"uid\":{},\"gid\":{},\"comm\":\"{}\",\"message\":\"{}\"}}\n",
-      json_escape(e.token), e.epoch_before, e.epoch_after, e.err,
-      e.err ? strerrorname_np(e.err) ? strerrorname_np(e.err) : "" : "", e.pid, e.uid, e.gid,
-      json_escape(e.comm), json_escape(e.message));
+      "\"pid\":{}",
+      json_escape(e.token), e.epoch_before, e.epoch_after, e.err, ename ? ename : "", e.pid);
+  if (e.tid > 0 && e.tid != e.pid) out += fmt::format(",\"tid\":{}", e.tid);
+  out += fmt::format(",\"uid\":{},\"gid\":{},\"comm\":\"{}\",\"message\":\"{}\"}}\n", e.uid, e.gid,
+                     json_escape(e.comm), json_escape(e.message));
   return out;
 }
 
 Log::Log(Options opts) : opts_(std::move(opts)) {
   std::lock_guard lk(mu_);
-  open_locked();
+  if (!open_locked()) failed_locked("open", errno);
 }
 
 Log::~Log() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void Log::open_locked() {
-  std::string path = opts_.dir + "/audit.log";
+bool Log::open_locked() {
+  std::string path = opts_.dir + "/" + kBase;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd_ < 0) {
-    log::error("audit: cannot open {}: {}", path, strerror(errno));
-    return;
-  }
+  if (fd_ < 0) return false;
   struct stat st;
-  if (fstat(fd_, &st) == 0) bytes_ = static_cast<uint64_t>(st.st_size);
+  if (fstat(fd_, &st) == 0) {
+    bytes_ = static_cast<uint64_t>(st.st_size);
+    // A line cut short before a crash or a full disk: terminate it before the next record.
+    if (st.st_size > 0) {
+      char last = '\n';
+      if (pread(fd_, &last, 1, st.st_size - 1) == 1 && last != '\n') partial_ = true;
+    }
+  }
+  return true;
 }
 
 void Log::rotate_locked() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  std::string base = opts_.dir + "/audit.log";
+  std::string base = opts_.dir + "/" + kBase;
+  // Files beyond `keep` (left by a mount with a larger audit_keep) go first.
+  for (const std::string& f : log_files(opts_.dir)) {
+    std::string_view name(f);
+    name.remove_prefix(name.rfind('/') + 1);
+    if (name.size() <= strlen(kBase) + 1) continue;
+    int k = 0;
+    std::from_chars(name.data() + strlen(kBase) + 1, name.data() + name.size(), k);
+    if (k >= opts_.keep) ::unlink(f.c_str());
+  }
+  int err = 0;
   if (opts_.keep <= 0) {
-    ::unlink(base.c_str());
+    if (::unlink(base.c_str()) != 0) err = errno;
   } else {
-    ::unlink((base + "." + std::to_string(opts_.keep)).c_str());
     for (int i = opts_.keep - 1; i >= 1; --i) {
       std::string from = base + "." + std::to_string(i);
       std::string to = base + "." + std::to_string(i + 1);
-      ::rename(from.c_str(), to.c_str());
+      ::rename(from.c_str(), to.c_str());  // ENOENT for the ones not there yet
     }
-    ::rename(base.c_str(), (base + ".1").c_str());
+    if (::rename(base.c_str(), (base + ".1").c_str()) != 0) err = errno;
+  }
+  if (err) {
+    // Keep appending to the same file rather than retrying on every record.
+    log::error("audit: cannot rotate {}: {}; appending to it", base, strerror(err));
   }
   bytes_ = 0;
-  open_locked();
+  partial_ = false;
+  rotations_++;
+  if (!open_locked()) failed_locked("open", errno);
 }
 
-void Log::record(const Event& e) {
-  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
+void Log::failed_locked(const char* what, int err) {
+  uint64_t f = failures_.fetch_add(1) + 1;
+  if ((f & (f - 1)) == 0)  // the 1st, 2nd, 4th, 8th ... failure: a full disk does not flood
+    log::error(
+        "audit: cannot {} {}/{} ({} failure{} so far; decisions are unaffected, the "
+        "records are lost): {}",
+        what, opts_.dir, kBase, f, f == 1 ? "" : "s", err ? strerror(err) : "short write");
+}
+
+bool Log::write_locked(const std::string& line) {
+  if (fd_ < 0 && !open_locked()) {
+    failed_locked("open", errno);
+    return false;
+  }
+  if (bytes_ > 0 && bytes_ + line.size() > opts_.max_bytes) rotate_locked();
+  if (fd_ < 0) return false;  // reopening after the rotation failed (already counted)
+  std::string buf = partial_ ? "\n" + line : line;
+  size_t done = 0;
+  int err = 0;
+  while (done < buf.size()) {
+    ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      err = errno;
+      break;
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done == buf.size()) {
+    bytes_ += done;
+    partial_ = false;
+    records_++;
+    return true;
+  }
+  if (done > 0) {
+    // Whole records or nothing: cut the fragment off again (a full disk allows shrinking).
+    struct stat st;
+    if (fstat(fd_, &st) == 0 && static_cast<uint64_t>(st.st_size) >= done &&
+        ftruncate(fd_, st.st_size - static_cast<off_t>(done)) == 0) {
+      // the file is as before this record
+    } else {
+      bytes_ += done;
+      partial_ = true;  // terminated before the next record instead
+    }
+  }
+  failed_locked("write", err);
+  if (err == EBADF || err == EIO) {  // reopen next time: the file may have been replaced
+    ::close(fd_);
+    fd_ = -1;
+  }
+  return false;
+}
+
+Log::Outcome Log::record(const Event& in) {
+  Event e = in;
+  const pid_t thread = e.pid;
+  if (e.pid > 0) {
+    // FUSE names the calling thread; the audit trail names its process.
+    if (auto tgid = proc::tgid_of(e.pid); tgid && *tgid != e.pid) {
+      e.tid = e.pid;
+      e.pid = *tgid;
+    }
+  }
+  int64_t now = now_unix_ns();
   std::string line = to_json(e, now);
   std::lock_guard lk(mu_);
-  if (fd_ < 0) open_locked();
-  if (fd_ >= 0 && bytes_ + line.size() > opts_.max_bytes && bytes_ > 0) rotate_locked();
-  ssize_t n = fd_ >= 0 ? ::write(fd_, line.data(), line.size()) : -1;
-  if (n != static_cast<ssize_t>(line.size())) {
-    uint64_t f = failures_.fetch_add(1);
-    if (f == 0 || (f & (f - 1)) == 0)  // log the 1st, 2nd, 4th, ... failure, not every one
-      log::error("audit: cannot write {}/audit.log ({} failures so far): {}", opts_.dir, f + 1,
-                 n < 0 ? strerror(errno) : "short write");
-    return;
+  if (e.err == ESTALE && thread > 0) {
+    // The kernel's retry of a path operation refused with ESTALE is the same call.
+    std::string key = e.op + '\0' + e.decision + '\0' + e.reason + '\0' + e.domain + '\0' + e.path +
+                      '\0' + e.path2 + '\0' + e.token;
+    Last& last = last_stale_[thread];
+    bool repeat = last.key == key && now - last.at < kRepeatWindowNs;
+    last.key = std::move(key);
+    last.at = now;
+    if (last_stale_.size() > 4096) {  // forget threads not seen for a while
+      for (auto it = last_stale_.begin(); it != last_stale_.end();)
+        it = now - it->second.at >= kRepeatWindowNs ? last_stale_.erase(it) : std::next(it);
+    }
+    if (repeat) {
+      repeats_++;
+      return Outcome::kRepeat;
+    }
   }
-  bytes_ += line.size();
-  records_++;
+  if (lost_ > 0) {
+    Event gap;
+    gap.op = "audit";
+    gap.decision = "info";
+    gap.reason = "lost";
+    gap.pid = getpid();
+    gap.uid = getuid();
+    gap.gid = getgid();
+    gap.comm = proc::comm_of(gap.pid);
+    gap.message = fmt::format(
+        "{} audit record(s) could not be written since {} (see the daemon log); they are "
+        "missing here",
+        lost_, format_time(lost_since_));
+    if (!write_locked(to_json(gap, now))) {
+      lost_++;
+      return Outcome::kFailed;
+    }
+    lost_ = 0;
+  }
+  if (!write_locked(line)) {
+    if (lost_++ == 0) lost_since_ = now;
+    return Outcome::kFailed;
+  }
+  return Outcome::kWritten;
+}
+
+std::vector<std::string> log_files(const std::string& dir) {
+  std::vector<std::pair<uint64_t, std::string>> rotated;
+  bool have_base = false;
+  if (DIR* d = opendir(dir.c_str())) {
+    const size_t blen = strlen(kBase);
+    while (dirent* ent = readdir(d)) {
+      std::string_view name(ent->d_name);
+      if (name == kBase) {
+        have_base = true;
+        continue;
+      }
+      if (name.size() > blen + 1 && name.substr(0, blen) == kBase && name[blen] == '.' &&
+          all_digits(name.substr(blen + 1))) {
+        uint64_t k = 0;
+        std::from_chars(name.data() + blen + 1, name.data() + name.size(), k);
+        rotated.emplace_back(k, dir + "/" + std::string(name));
+      }
+    }
+    closedir(d);
+  }
+  std::sort(rotated.begin(), rotated.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> out;
+  for (auto& [k, p] : rotated) out.push_back(p);
+  if (have_base) out.push_back(dir + "/" + kBase);
+  return out;
+}
+
+std::optional<int64_t> parse_iso_time(std::string_view s) {
+  size_t i = 0;
+  struct tm tm {};
+  int year, mon, day, hh = 0, mm = 0, ss = 0;
+  if (!digits(s, &i, 4, &year) || !take(s, &i, '-') || !digits(s, &i, 2, &mon) ||
+      !take(s, &i, '-') || !digits(s, &i, 2, &day))
+    return std::nullopt;
+  int64_t frac_ns = 0;
+  int64_t offset_s = 0;
+  if (i < s.size() && (s[i] == 'T' || s[i] == 't' || s[i] == ' ')) {
+    i++;
+    if (!digits(s, &i, 2, &hh) || !take(s, &i, ':') || !digits(s, &i, 2, &mm)) return std::nullopt;
+    if (take(s, &i, ':')) {
+      if (!digits(s, &i, 2, &ss)) return std::nullopt;
+      if (take(s, &i, '.') || take(s, &i, ',')) {
+        int64_t scale = 100000000;
+        size_t start = i;
+        while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+          frac_ns += (s[i] - '0') * scale;
+          scale /= 10;
+          i++;
+        }
+        if (i == start) return std::nullopt;
+      }
+    }
+    if (take(s, &i, 'Z') || take(s, &i, 'z')) {
+      // UTC
+    } else if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
+      int sign = s[i] == '-' ? -1 : 1;
+      i++;
+      int oh, om = 0;
+      if (!digits(s, &i, 2, &oh)) return std::nullopt;
+      take(s, &i, ':');
+      if (i < s.size() && !digits(s, &i, 2, &om)) return std::nullopt;
+      offset_s = sign * (oh * 3600 + om * 60);
+    }
+  }
+  if (i != s.size()) return std::nullopt;
+  if (mon < 1 || mon > 12 || day < 1 || day > 31 || hh > 23 || mm > 59 || ss > 60)
+    return std::nullopt;
+  tm.tm_year = year - 1900;
+  tm.tm_mon = mon - 1;
+  tm.tm_mday = day;
+  tm.tm_hour = hh;
+  tm.tm_min = mm;
+  tm.tm_sec = ss;
+  time_t t = timegm(&tm);
+  if (tm.tm_mday != day) return std::nullopt;  // 2026-02-31 and such
+  return (static_cast<int64_t>(t) - offset_s) * 1000000000 + frac_ns;
+}
+
+std::optional<int64_t> parse_since(std::string_view s, int64_t now_ns) {
+  if (s.size() >= 2 && all_digits(s.substr(0, s.size() - 1))) {
+    int64_t unit;
+    switch (s.back()) {
+      case 's':
+        unit = 1;
+        break;
+      case 'm':
+        unit = 60;
+        break;
+      case 'h':
+        unit = 3600;
+        break;
+      case 'd':
+        unit = 86400;
+        break;
+      case 'w':
+        unit = 7 * 86400;
+        break;
+      default:
+        return parse_iso_time(s);
+    }
+    int64_t n = 0;
+    auto r = std::from_chars(s.data(), s.data() + s.size() - 1, n);
+    if (r.ec != std::errc() || n > (int64_t{1} << 62) / 1000000000 / unit) return std::nullopt;
+    return now_ns - n * unit * 1000000000;
+  }
+  return parse_iso_time(s);
 }
 
 }  // namespace fencefs::audit

@@ -1,63 +1,110 @@
 // The audit trail: one JSON object per line in STATE/audit.log, rotated by size.
-// Format and fields: docs/audit.md.
+// Format, fields, rotation and what happens when the log cannot be written: docs/audit.md.
 #pragma once
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace fencefs::audit {
 
 struct Event {
   std::string op;        // "write", "create", "bind", "advance", "recover", ...
-  std::string decision;  // "accepted", "refused", "advanced", "bound", "unbound", "info"
+  std::string decision;  // "refused", "advanced", "bound", "unbound", "declared", "info", ...
   std::string reason;    // "stale", "missing", "malformed", "unauthorised", "too_far", ...
   std::string domain;
   std::string path;
-  std::string path2;     // rename destination, link name
-  std::string token;     // as presented (text), "" when none
+  std::string path2;  // rename destination, link name
+  std::string token;  // as presented (text), "" when none
   uint64_t epoch_before = 0;
   uint64_t epoch_after = 0;
-  int err = 0;           // errno returned to the caller, 0 when accepted
-  pid_t pid = 0;
+  int err = 0;    // errno returned to the caller, 0 when accepted
+  pid_t pid = 0;  // process (thread group); a thread id given here is resolved by record()
+  pid_t tid = 0;  // the calling thread when it is not the process's main thread, else 0
   uid_t uid = 0;
   gid_t gid = 0;
   std::string comm;
-  std::string message;   // human-readable why
+  std::string message;  // human-readable why
 };
 
 struct Options {
-  std::string dir;                      // state dir; the log is DIR/audit.log
-  uint64_t max_bytes = 16ull << 20;     // rotate when the current file passes this
-  int keep = 4;                         // rotated files kept: audit.log.1 .. audit.log.N
+  std::string dir;                   // state dir; the log is DIR/audit.log
+  uint64_t max_bytes = 16ull << 20;  // rotate when the current file would pass this
+  int keep = 4;                      // rotated files kept: audit.log.1 .. audit.log.N
 };
 
 class Log {
  public:
   explicit Log(Options opts);
   ~Log();
-  // Appends one line. Never blocks a mutation's decision: a failure to write is counted and
-  // reported in the daemon log and metrics, and the decision stands (docs/audit.md).
-  void record(const Event& e);
+  Log(const Log&) = delete;
+  Log& operator=(const Log&) = delete;
+
+  enum class Outcome { kWritten, kRepeat, kFailed };
+  // Appends one line. Never changes a mutation's decision: a failure to write is counted,
+  // reported in the daemon log (1st, 2nd, 4th, 8th ... failure) and in metrics, and the
+  // decision stands. Once writing works again, a record says how many were lost
+  // (docs/audit.md, "When the log cannot be written").
+  // kRepeat: an ESTALE refusal identical to one of the same thread less than kRepeatWindowNs
+  // ago was not written again: the kernel retries every path operation that fails with ESTALE
+  // once (VFS retry_estale), so one system call reaches the daemon twice.
+  Outcome record(const Event& e);
+  static constexpr int64_t kRepeatWindowNs = 1000000000;
+  uint64_t repeats() const { return repeats_.load(); }
   uint64_t failures() const { return failures_.load(); }
   uint64_t bytes() const { return bytes_.load(); }
   uint64_t records() const { return records_.load(); }
+  uint64_t rotations() const { return rotations_.load(); }
   const Options& options() const { return opts_; }
 
  private:
-  void open_locked();
+  bool open_locked();
   void rotate_locked();
+  bool write_locked(const std::string& line);
+  void failed_locked(const char* what, int err);
   Options opts_;
   std::mutex mu_;
   int fd_ = -1;
+  bool partial_ = false;    // a short write left an unterminated line in the file
+  uint64_t lost_ = 0;       // records lost since the last successful write
+  int64_t lost_since_ = 0;  // unix ns of the first of them
   std::atomic<uint64_t> bytes_{0};
   std::atomic<uint64_t> records_{0};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> rotations_{0};
+  std::atomic<uint64_t> repeats_{0};
+  struct Last {
+    std::string key;
+    int64_t at = 0;
+  };
+  std::map<pid_t, Last> last_stale_;  // by thread id
 };
 
+// One record as a line of JSON (with the trailing newline).
 std::string to_json(const Event& e, int64_t unix_ns);
+// The inside of a JSON string. Valid UTF-8 passes through; control characters and DEL are
+// \u00XX; each byte of an invalid UTF-8 sequence is \udcXX (Python's "surrogateescape", so
+// os.fsencode(json.loads(...)) gives the original bytes back).
 std::string json_escape(std::string_view s);
+
+// --- Reading the trail (fencectl audit) ---
+
+// The log files of a state directory, oldest first: audit.log.N ... audit.log.1, audit.log.
+// Only existing files are listed.
+std::vector<std::string> log_files(const std::string& dir);
+// "2026-12-02T10:00:00Z", "2026-12-02T10:00:00.123456Z", "2026-12-02T12:00:00+02:00",
+// "2026-12-02 10:00", "2026-12-02" (no zone: UTC, like the records) -> unix ns.
+std::optional<int64_t> parse_iso_time(std::string_view text);
+// An ISO 8601 time as above, or a duration before `now_ns`: "90s", "10m", "2h", "1d", "1w".
+std::optional<int64_t> parse_since(std::string_view text, int64_t now_ns);
+// unix ns -> "2026-12-02T10:00:00.123456Z" (the format of the "time" field).
+std::string format_time(int64_t unix_ns);
+int64_t now_unix_ns();
 
 }  // namespace fencefs::audit

@@ -1,21 +1,954 @@
-// recover, verify, audit: the maintenance side.
-#include <iostream>
+// recover, verify, audit: the maintenance side. docs/audit.md is the operator's guide to them.
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/capability.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/xattr.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "audit/audit.h"
 #include "cli/commands.h"
+#include "cli/ctlfile.h"
+#include "common/json.h"
+#include "common/proc.h"
+#include "fence/highwater.h"
+#include "journal/file_layer.h"
+#include "journal/journal.h"
 
 namespace fencefs::cli {
+namespace {
 
-int cmd_recover(const Args&) {
-  fail("recover: not implemented yet");
-  return 2;
+constexpr const char* kStampXattr = "trusted.fencefs.stamp";
+constexpr uint64_t kMaxToken = 9223372036854775807ull;
+
+std::string errname(int err) {
+  const char* n = strerrorname_np(err);
+  return n ? n : std::to_string(err);
 }
-int cmd_verify(const Args&) {
-  fail("verify: not implemented yet");
-  return 2;
+
+std::string q(std::string_view s) { return "\"" + audit::json_escape(s) + "\""; }
+
+bool parse_u64(std::string_view s, uint64_t* v) {
+  if (s.empty() || s.size() > 20) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
 }
-int cmd_audit(const Args&) {
-  fail("audit: not implemented yet");
-  return 2;
+
+// realpath, or the path itself (minus trailing slashes) when it does not resolve.
+std::string canonical(const std::string& p) {
+  char real[PATH_MAX];
+  if (realpath(p.c_str(), real)) return real;
+  std::string s = p;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  return s;
+}
+
+bool under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         (dir == "/" || path[dir.size()] == '/'));
+}
+
+// --- mounts -----------------------------------------------------------------------------------
+
+// /proc/mounts escapes space, tab, newline and backslash as \ooo.
+std::string unescape_mounts(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\\' && i + 3 < s.size()) {
+      int v = 0;
+      bool ok = true;
+      for (size_t k = 1; k <= 3; k++) {
+        if (s[i + k] < '0' || s[i + k] > '7') {
+          ok = false;
+          break;
+        }
+        v = v * 8 + (s[i + k] - '0');
+      }
+      if (ok) {
+        out += static_cast<char>(v);
+        i += 3;
+        continue;
+      }
+    }
+    out += s[i];
+  }
+  return out;
+}
+
+struct FencefsMount {
+  std::string backing;  // fsname= of the mount: the canonical BACKING
+  std::string dir;      // mountpoint
+};
+
+std::vector<FencefsMount> fencefs_mounts() {
+  std::vector<FencefsMount> out;
+  std::ifstream in("/proc/mounts");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<std::string_view> f;
+    std::string_view rest(line);
+    while (!rest.empty() && f.size() < 3) {
+      size_t sp = rest.find(' ');
+      f.push_back(rest.substr(0, sp));
+      if (sp == std::string_view::npos) break;
+      rest.remove_prefix(sp + 1);
+    }
+    if (f.size() == 3 && f[2] == "fuse.fencefs")
+      out.push_back({unescape_mounts(f[0]), unescape_mounts(f[1])});
+  }
+  return out;
+}
+
+const FencefsMount* mount_of_backing(const std::vector<FencefsMount>& mounts,
+                                     const std::string& backing) {
+  for (const auto& m : mounts)
+    if (m.backing == backing) return &m;
+  return nullptr;
+}
+
+// The daemon's status JSON of a mount (nullopt when unreadable).
+std::optional<json::Value> mount_status(const std::string& mnt) {
+  std::string text;
+  if (read_ctl_file(mnt, "status", &text) != 0) return std::nullopt;
+  return json::parse(text);
+}
+
+// Processes that hold files of the state directory open (the daemon keeps its journal and
+// audit log open), except this one.
+std::vector<std::string> state_holders(const std::string& dir, bool* incomplete) {
+  std::vector<std::string> out;
+  DIR* proc = opendir("/proc");
+  if (!proc) {
+    *incomplete = true;
+    return out;
+  }
+  pid_t self = getpid();
+  while (dirent* e = readdir(proc)) {
+    std::string_view name(e->d_name);
+    uint64_t v = 0;
+    if (!parse_u64(name, &v) || v == 0 || v > INT_MAX) continue;
+    pid_t pid = static_cast<pid_t>(v);
+    if (pid == self) continue;
+    std::string fddir = "/proc/" + std::string(name) + "/fd";
+    DIR* fds = opendir(fddir.c_str());
+    if (!fds) {
+      if (errno == EACCES) *incomplete = true;
+      continue;
+    }
+    std::string hit;
+    while (dirent* f = readdir(fds)) {
+      if (f->d_name[0] == '.') continue;
+      char buf[PATH_MAX];
+      ssize_t n = readlink((fddir + "/" + f->d_name).c_str(), buf, sizeof buf - 1);
+      if (n <= 0) continue;
+      std::string target(buf, static_cast<size_t>(n));
+      if (under(target, dir)) {
+        hit = target;
+        break;
+      }
+    }
+    closedir(fds);
+    if (!hit.empty())
+      out.push_back(fmt::format("pid {} ({}) has {} open", pid, proc::comm_of(pid), hit));
+  }
+  closedir(proc);
+  return out;
+}
+
+// --- stamps and the tree walk -----------------------------------------------------------------
+
+struct Stamp {
+  uint64_t epoch = 0;
+  bool has_size = false;
+  uint64_t size = 0;
+  bool has_mtime = false;
+  int64_t mtime_sec = 0;
+  int64_t mtime_nsec = 0;
+};
+
+// "v1 epoch=N size=S mtime=SEC.NSEC"; nullopt when malformed.
+std::optional<Stamp> parse_stamp(std::string_view v) {
+  Stamp s;
+  bool has_epoch = false;
+  size_t i = 0;
+  bool first = true;
+  while (i < v.size()) {
+    size_t sp = v.find(' ', i);
+    std::string_view tok = v.substr(i, sp == std::string_view::npos ? v.npos : sp - i);
+    i = sp == std::string_view::npos ? v.size() : sp + 1;
+    if (tok.empty()) continue;
+    if (first) {
+      first = false;
+      if (tok != "v1") return std::nullopt;
+      continue;
+    }
+    size_t eq = tok.find('=');
+    if (eq == std::string_view::npos) return std::nullopt;
+    std::string_view key = tok.substr(0, eq), val = tok.substr(eq + 1);
+    if (key == "epoch") {
+      if (!parse_u64(val, &s.epoch)) return std::nullopt;
+      has_epoch = true;
+    } else if (key == "size") {
+      if (!parse_u64(val, &s.size)) return std::nullopt;
+      s.has_size = true;
+    } else if (key == "mtime") {
+      size_t dot = val.find('.');
+      uint64_t sec = 0, nsec = 0;
+      if (dot == std::string_view::npos || !parse_u64(val.substr(0, dot), &sec) ||
+          !parse_u64(val.substr(dot + 1), &nsec) || nsec >= 1000000000 || sec > INT64_MAX)
+        return std::nullopt;
+      s.mtime_sec = static_cast<int64_t>(sec);
+      s.mtime_nsec = static_cast<int64_t>(nsec);
+      s.has_mtime = true;
+    }  // unknown keys: a later version may add some
+  }
+  if (first || !has_epoch) return std::nullopt;
+  return s;
+}
+
+struct Entry {
+  const std::string& rel;  // "/a/b" relative to BACKING
+  int dir_fd;
+  const char* name;
+  const struct stat& st;
+};
+
+// Depth-first over the regular files below `root`, skipping the state directory at its top.
+// Directories that cannot be read are reported through on_error and skipped.
+void walk(const std::string& root, const std::function<void(const Entry&)>& on_file,
+          const std::function<void(const std::string&, int)>& on_error) {
+  std::function<void(int, const std::string&)> rec = [&](int fd, const std::string& rel) {
+    DIR* d = fdopendir(fd);
+    if (!d) {
+      on_error(rel.empty() ? "/" : rel, errno);
+      ::close(fd);
+      return;
+    }
+    std::vector<std::string> names;
+    while (dirent* e = readdir(d)) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      if (rel.empty() && !strcmp(e->d_name, ".fencefs")) continue;
+      names.emplace_back(e->d_name);
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& n : names) {
+      struct stat st;
+      if (fstatat(dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno != ENOENT) on_error(rel + "/" + n, errno);
+        continue;
+      }
+      std::string child = rel + "/" + n;
+      if (S_ISDIR(st.st_mode)) {
+        int cfd = openat(dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (cfd < 0) {
+          if (errno != ENOENT) on_error(child, errno);
+          continue;
+        }
+        rec(cfd, child);
+      } else if (S_ISREG(st.st_mode)) {
+        on_file(Entry{child, dirfd(d), n.c_str(), st});
+      }
+    }
+    closedir(d);
+  };
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    on_error("/", errno);
+    return;
+  }
+  rec(fd, "");
+}
+
+// Reads an xattr of entry `name` below an open directory without following symlinks.
+ssize_t xattr_at(int dir_fd, const char* name, const char* key, char* buf, size_t size) {
+  std::string p = "/proc/self/fd/" + std::to_string(dir_fd) + "/" + name;
+  return lgetxattr(p.c_str(), key, buf, size);
+}
+
+bool has_cap_sys_admin() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (syscall(SYS_capget, &hdr, data) != 0) return geteuid() == 0;
+  return (data[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32))) != 0;
+}
+
+void raise_fd_limit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+// A progress bar on stderr, drawn at most every 100 ms; nothing at all when disabled.
+class Progress {
+ public:
+  explicit Progress(bool on) : on_(on), last_(std::chrono::steady_clock::now()) {}
+  ~Progress() { clear(); }
+  void set_total(uint64_t total) { total_ = total; }
+  void counting(uint64_t n) {
+    if (!due()) return;
+    fprintf(stderr, "\r\033[Kverify: counting files... %llu", static_cast<unsigned long long>(n));
+  }
+  void tick(uint64_t done) {
+    if (!due()) return;
+    uint64_t total = std::max(total_, done);
+    int pct = total ? static_cast<int>(done * 100 / total) : 100;
+    int fill = pct * 30 / 100;
+    fprintf(stderr, "\r\033[Kverify: [%s%s] %3d%% %llu/%llu files", std::string(fill, '#').c_str(),
+            std::string(30 - fill, '.').c_str(), pct, static_cast<unsigned long long>(done),
+            static_cast<unsigned long long>(total));
+  }
+  void clear() {
+    if (on_ && drawn_) fprintf(stderr, "\r\033[K");
+    drawn_ = false;
+  }
+
+ private:
+  bool due() {
+    if (!on_) return false;
+    auto now = std::chrono::steady_clock::now();
+    // Nothing for a quick run; then a redraw every 100 ms.
+    if (now - last_ < std::chrono::milliseconds(drawn_ ? 100 : 250)) return false;
+    last_ = now;
+    drawn_ = true;
+    return true;
+  }
+  bool on_;
+  bool drawn_ = false;
+  uint64_t total_ = 0;
+  std::chrono::steady_clock::time_point last_;
+};
+
+struct DomainEpoch {
+  std::string path;
+  uint64_t epoch = 0;
+  uint64_t files = 0;  // stamped files found in it
+};
+
+// The deepest domain containing rel ("/a/b"); domains sorted deepest first.
+DomainEpoch* domain_for(std::vector<DomainEpoch>& domains, const std::string& rel) {
+  for (auto& d : domains)
+    if (d.path == "/" || under(rel, d.path)) return &d;
+  return nullptr;
+}
+
+void sort_deepest_first(std::vector<DomainEpoch>& domains) {
+  std::sort(domains.begin(), domains.end(), [](const DomainEpoch& a, const DomainEpoch& b) {
+    return a.path.size() != b.path.size() ? a.path.size() > b.path.size() : a.path < b.path;
+  });
+}
+
+std::map<std::string, uint64_t> read_highwater(const std::string& backing, int* err) {
+  char buf[65536];
+  ssize_t n = lgetxattr(backing.c_str(), fence::HighWater::kXattr, buf, sizeof buf);
+  *err = n < 0 && errno != ENODATA && errno != ENOTSUP ? errno : 0;
+  if (n <= 0) return {};
+  return fence::HighWater::decode(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+// Highest stamp below BACKING and in its high-water copy (for recover's advice).
+uint64_t highest_stamp(const std::string& backing) {
+  uint64_t best = 0;
+  int err = 0;
+  for (auto& [p, e] : read_highwater(backing, &err)) best = std::max(best, e);
+  walk(
+      backing,
+      [&](const Entry& e) {
+        char buf[256];
+        ssize_t n = xattr_at(e.dir_fd, e.name, kStampXattr, buf, sizeof buf);
+        if (n <= 0) return;
+        if (auto s = parse_stamp(std::string_view(buf, static_cast<size_t>(n))))
+          best = std::max(best, s->epoch);
+      },
+      [](const std::string&, int) {});
+  return best;
+}
+
+// --- verify -----------------------------------------------------------------------------------
+
+struct Finding {
+  std::string kind;  // "journal", "rolled back", "changed outside fencefs", "malformed stamp"
+  std::string path;  // file (or domain for a rolled-back domain), "" for the journal
+  std::string domain;
+  std::string message;
+  std::string extra_json;  // ",\"key\":value..." specific to the kind
+};
+
+std::string mtime_str(int64_t sec, int64_t nsec) { return fmt::format("{}.{:09d}", sec, nsec); }
+
+}  // namespace
+
+int cmd_verify(const Args& args) {
+  std::string backing_arg, state_arg;
+  bool as_json = false, quiet = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (take_opt(args, &i, "--state", &state_arg)) continue;
+    if (args[i] == "--json") {
+      as_json = true;
+    } else if (args[i] == "--quiet" || args[i] == "-q") {
+      quiet = true;
+    } else if (args[i].rfind("--", 0) == 0 || !backing_arg.empty()) {
+      usage_error("verify: unexpected argument " + args[i]);
+    } else {
+      backing_arg = args[i];
+    }
+  }
+  if (backing_arg.empty()) usage_error("verify: expected BACKING");
+  raise_fd_limit();
+
+  std::vector<std::string> cannot;  // reasons the check could not be done (exit 2)
+  std::vector<std::string> warnings;
+  std::vector<Finding> findings;
+
+  char real[PATH_MAX];
+  std::string backing = backing_arg;
+  struct stat bst;
+  errno = 0;
+  if (!realpath(backing_arg.c_str(), real) || stat(real, &bst) != 0 || !S_ISDIR(bst.st_mode)) {
+    cannot.push_back(fmt::format("backing directory {}: {}", backing_arg,
+                                 errno ? strerror(errno) : "not a directory"));
+  } else {
+    backing = real;
+  }
+  auto mounts = fencefs_mounts();
+  const FencefsMount* live = cannot.empty() ? mount_of_backing(mounts, backing) : nullptr;
+  std::string mnt = live ? live->dir : "";
+  std::optional<json::Value> status;
+  if (live) status = mount_status(mnt);
+  std::string state = state_arg.empty() ? "" : canonical(state_arg);
+  if (state.empty()) {
+    const json::Value* s = status ? status->get("state") : nullptr;
+    state = s && s->type == json::Value::Type::String ? s->str : backing + "/.fencefs";
+  }
+  if (cannot.empty() && !has_cap_sys_admin())
+    cannot.push_back(
+        "stamps live in trusted.* xattrs, which only root (CAP_SYS_ADMIN) can read: run as root");
+
+  // 1. The journal: framing, CRCs, chaining, order. Retried once when mounted, since a record
+  // being appended right now can look like a torn tail.
+  journal::CheckResult jr;
+  if (cannot.empty()) {
+    jr = journal::check(state, journal::posix_file_layer());
+    if (live && !jr.findings.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      jr = journal::check(state, journal::posix_file_layer());
+    }
+    if (!jr.readable) {
+      cannot.push_back("cannot read the state in " + state);
+      for (auto& f : jr.findings) cannot.push_back(f);
+    } else {
+      for (auto& f : jr.findings) findings.push_back({"journal", "", "", f, ""});
+    }
+  }
+
+  std::vector<DomainEpoch> domains;
+  for (auto& d : jr.domains) domains.push_back({d.path, d.epoch, 0});
+  sort_deepest_first(domains);
+
+  uint64_t scanned = 0, stamped = 0, unstamped = 0, unreadable = 0;
+  if (cannot.empty()) {
+    Progress bar(!quiet && isatty(STDERR_FILENO));
+    if (isatty(STDERR_FILENO) && !quiet) {
+      uint64_t total = 0;
+      walk(
+          backing,
+          [&](const Entry&) {
+            total++;
+            bar.counting(total);
+          },
+          [](const std::string&, int) {});
+      bar.set_total(total);
+    }
+    struct Pending {
+      std::string path;
+      Stamp s;
+      struct stat st;
+    };
+    std::vector<Pending> stamped_files;
+    bool root_failed = false;
+    walk(
+        backing,
+        [&](const Entry& e) {
+          scanned++;
+          bar.tick(scanned);
+          char buf[256];
+          ssize_t n = xattr_at(e.dir_fd, e.name, kStampXattr, buf, sizeof buf);
+          if (n < 0) {
+            if (errno == ENODATA || errno == ENOTSUP) {
+              unstamped++;
+            } else {
+              unreadable++;
+              warnings.push_back(
+                  fmt::format("{}: cannot read its stamp: {}", e.rel, strerror(errno)));
+            }
+            return;
+          }
+          std::string_view v(buf, static_cast<size_t>(n));
+          auto s = parse_stamp(v);
+          if (!s) {
+            findings.push_back({"malformed stamp", e.rel, "",
+                                fmt::format("{}: malformed stamp '{}'", e.rel, v),
+                                ",\"stamp\":" + q(v)});
+            return;
+          }
+          stamped++;
+          stamped_files.push_back({e.rel, *s, e.st});
+        },
+        [&](const std::string& rel, int err) {
+          if (rel == "/") {
+            root_failed = true;
+            cannot.push_back(fmt::format("cannot read {}: {}", backing, strerror(err)));
+          } else {
+            unreadable++;
+            warnings.push_back(fmt::format("{}: {}", rel, strerror(err)));
+          }
+        });
+    bar.clear();
+
+    // 2. Mounted: epochs may have advanced while we walked; the daemon's durable epochs count
+    // too (a stamp is written only after its epoch is durable).
+    if (live && !root_failed) {
+      if (auto st2 = mount_status(mnt)) {
+        if (const json::Value* ds = st2->get("domains")) {
+          for (const auto& d : ds->arr) {
+            const json::Value* p = d.get("path");
+            const json::Value* ep = d.get("epoch");
+            if (!p || !ep) continue;
+            auto it = std::find_if(domains.begin(), domains.end(),
+                                   [&](const DomainEpoch& x) { return x.path == p->str; });
+            if (it == domains.end()) {
+              domains.push_back({p->str, ep->as_u64(), 0});
+            } else {
+              it->epoch = std::max(it->epoch, ep->as_u64());
+            }
+          }
+          sort_deepest_first(domains);
+        }
+      } else {
+        warnings.push_back("mounted at " + mnt + " but its status could not be read");
+      }
+    }
+
+    // 3. BACKING's high-water copy of every domain's epoch.
+    int hwerr = 0;
+    for (auto& [path, hw] : read_highwater(backing, &hwerr)) {
+      auto it = std::find_if(domains.begin(), domains.end(),
+                             [&](const DomainEpoch& x) { return x.path == path; });
+      if (it == domains.end()) {
+        warnings.push_back(fmt::format(
+            "BACKING's high-water copy names domain {} (epoch {}), unknown to the state", path,
+            hw));
+      } else if (hw > it->epoch) {
+        findings.push_back(
+            {"rolled back", path, path,
+             fmt::format("domain {}: BACKING's high-water copy says epoch {}, the state only {}: "
+                         "the state was rolled back (restored from an older copy?)",
+                         path, hw, it->epoch),
+             fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", hw, it->epoch)});
+      }
+    }
+    if (hwerr)
+      warnings.push_back(
+          fmt::format("cannot read the high-water copy on {}: {}", backing, strerror(hwerr)));
+
+    // 4. Every stamp against its domain's epoch, and the file against its stamp.
+    for (const auto& f : stamped_files) {
+      DomainEpoch* d = domain_for(domains, f.path);
+      if (!d) {
+        warnings.push_back(f.path + ": no domain holds it (the state has no root domain)");
+        continue;
+      }
+      d->files++;
+      if (f.s.epoch > d->epoch) {
+        findings.push_back(
+            {"rolled back", f.path, d->path,
+             fmt::format("{}: stamp epoch {} > epoch {} of domain {}: the state was rolled back "
+                         "(or the file was moved in from another domain)",
+                         f.path, f.s.epoch, d->epoch, d->path),
+             fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", f.s.epoch, d->epoch)});
+      }
+      bool size_diff = f.s.has_size && f.s.size != static_cast<uint64_t>(f.st.st_size);
+      bool mtime_diff = f.s.has_mtime && (f.s.mtime_sec != f.st.st_mtim.tv_sec ||
+                                          f.s.mtime_nsec != f.st.st_mtim.tv_nsec);
+      if (size_diff || mtime_diff) {
+        std::string what;
+        if (size_diff) what += fmt::format("size {} (stamp {})", f.st.st_size, f.s.size);
+        if (mtime_diff)
+          what += fmt::format("{}mtime {} (stamp {})", what.empty() ? "" : ", ",
+                              mtime_str(f.st.st_mtim.tv_sec, f.st.st_mtim.tv_nsec),
+                              mtime_str(f.s.mtime_sec, f.s.mtime_nsec));
+        findings.push_back(
+            {"changed outside fencefs", f.path, d->path,
+             fmt::format("{}: changed outside fencefs: {}{}", f.path, what,
+                         live ? " (or still open for writing through the mount)" : ""),
+             fmt::format(",\"size\":{},\"stamp_size\":{},\"mtime\":\"{}\",\"stamp_mtime\":\"{}\"",
+                         f.st.st_size, f.s.size,
+                         mtime_str(f.st.st_mtim.tv_sec, f.st.st_mtim.tv_nsec),
+                         mtime_str(f.s.mtime_sec, f.s.mtime_nsec))});
+      }
+    }
+  }
+
+  int rc = !cannot.empty() ? 2 : findings.empty() ? 0 : 1;
+  if (as_json) {
+    std::string out = fmt::format(
+        "{{\"backing\":{},\"state\":{},\"mounted\":{},\"mountpoint\":{},\"status\":\"{}\","
+        "\"exit\":{},\"clean\":{}",
+        q(backing), q(state), live ? "true" : "false", q(mnt),
+        rc == 0   ? "clean"
+        : rc == 1 ? "findings"
+                  : "error",
+        rc, rc == 0 ? "true" : "false");
+    out += ",\"errors\":[";
+    for (size_t i = 0; i < cannot.size(); i++) out += (i ? "," : "") + q(cannot[i]);
+    out += fmt::format("],\"journal\":{{\"readable\":{},\"findings\":[",
+                       jr.readable ? "true" : "false");
+    for (size_t i = 0; i < jr.findings.size(); i++) out += (i ? "," : "") + q(jr.findings[i]);
+    out += "]},\"domains\":[";
+    std::vector<DomainEpoch> by_path = domains;
+    std::sort(by_path.begin(), by_path.end(),
+              [](const DomainEpoch& a, const DomainEpoch& b) { return a.path < b.path; });
+    for (size_t i = 0; i < by_path.size(); i++)
+      out += fmt::format("{}{{\"path\":{},\"epoch\":{},\"stamped_files\":{}}}", i ? "," : "",
+                         q(by_path[i].path), by_path[i].epoch, by_path[i].files);
+    out += fmt::format(
+        "],\"files\":{{\"regular\":{},\"stamped\":{},\"unstamped\":{},\"unreadable\":{}}}", scanned,
+        stamped, unstamped, unreadable);
+    out += ",\"findings\":[";
+    for (size_t i = 0; i < findings.size(); i++) {
+      const Finding& f = findings[i];
+      out +=
+          fmt::format("{}{{\"kind\":{},\"path\":{},\"domain\":{},\"message\":{}{}}}", i ? "," : "",
+                      q(f.kind), q(f.path), q(f.domain), q(f.message), f.extra_json);
+    }
+    out += "],\"warnings\":[";
+    for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
+    out += "]}\n";
+    std::cout << out;
+    return rc;
+  }
+  for (const auto& c : cannot) fail("verify: " + c);
+  for (const auto& f : findings) std::cout << f.kind << ": " << f.message << "\n";
+  if (!quiet) {
+    for (const auto& w : warnings) std::cerr << "fencectl: verify: warning: " << w << "\n";
+    if (rc != 2) {
+      std::cout << fmt::format(
+          "verify {}{}: journal {}, {} domain(s), {} regular file(s): {} stamped, {} without a "
+          "stamp{}\n",
+          backing, live ? " (mounted at " + mnt + ")" : "", jr.findings.empty() ? "ok" : "DAMAGED",
+          domains.size(), scanned, stamped, unstamped,
+          unreadable ? fmt::format(", {} unreadable", unreadable) : "");
+      std::cout << (rc == 0 ? "clean\n" : fmt::format("{} finding(s)\n", findings.size()));
+    }
+  }
+  return rc;
+}
+
+// --- recover ----------------------------------------------------------------------------------
+
+int cmd_recover(const Args& args) {
+  std::string state_arg, floor_arg, backing_arg;
+  bool as_json = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (take_opt(args, &i, "--state", &state_arg) || take_opt(args, &i, "--floor", &floor_arg) ||
+        take_opt(args, &i, "--backing", &backing_arg))
+      continue;
+    if (args[i] == "--json") {
+      as_json = true;
+      continue;
+    }
+    usage_error("recover: unexpected argument " + args[i]);
+  }
+  if (state_arg.empty() || floor_arg.empty())
+    usage_error("recover: --state DIR and --floor N are required");
+  uint64_t floor = 0;
+  if (!parse_u64(floor_arg, &floor) || floor > kMaxToken)
+    usage_error("recover: --floor must be a decimal epoch from 0 to 9223372036854775807");
+  std::string dir = canonical(state_arg);
+
+  // Never under a running daemon: it would overwrite the recovered state with its own.
+  std::vector<std::string> users;
+  for (const auto& m : fencefs_mounts())
+    if (canonical(m.backing + "/.fencefs") == dir)
+      users.push_back(
+          fmt::format("it is the state of the fencefs mount at {} (backing {})", m.dir, m.backing));
+  bool incomplete = false;
+  for (auto& u : state_holders(dir, &incomplete)) users.push_back(u);
+  if (!users.empty()) {
+    if (as_json) {
+      std::string out = fmt::format(
+          "{{\"state\":{},\"floor\":{},\"ok\":false,\"in_use\":true,"
+          "\"errno\":{},\"error\":\"EBUSY\",\"report\":[",
+          q(dir), floor, EBUSY);
+      for (size_t i = 0; i < users.size(); i++) out += (i ? "," : "") + q(users[i]);
+      std::cout << out << "],\"domains\":[],\"warnings\":[]}\n";
+    } else {
+      fail("recover: " + dir + " is in use; unmount fencefs first:");
+      for (auto& u : users) std::cerr << "  " << u << "\n";
+    }
+    return 2;
+  }
+
+  std::string report;
+  int rc = journal::recover_offline(dir, floor, journal::posix_file_layer(), &report);
+  std::vector<std::string> lines;
+  for (size_t pos = 0; pos < report.size();) {
+    size_t nl = report.find('\n', pos);
+    std::string l = report.substr(pos, nl == std::string::npos ? nl : nl - pos);
+    if (!l.empty()) lines.push_back(l);
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  std::vector<std::string> warnings;
+  if (incomplete)
+    warnings.push_back(
+        "could not inspect every process (not root?): make sure no fencefs daemon "
+        "uses " +
+        dir);
+
+  // The audit trail of the state records every recovery, done or failed.
+  {
+    struct stat st;
+    if (stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      audit::Options ao;
+      ao.dir = dir;
+      audit::Log log(ao);
+      audit::Event e;
+      e.op = "recover";
+      e.decision = rc == 0 ? "recovered" : "failed";
+      e.epoch_after = floor;
+      e.err = rc;
+      e.pid = getpid();
+      e.uid = getuid();
+      e.gid = getgid();
+      e.comm = "fencectl";
+      e.message = fmt::format("fencectl recover --floor {}: ", floor);
+      for (size_t i = 0; i < lines.size(); i++) e.message += (i ? "; " : "") + lines[i];
+      log.record(e);
+      if (log.failures()) warnings.push_back("could not append the audit record to " + dir);
+    }
+  }
+
+  std::vector<journal::DomainRecord> after;
+  if (rc == 0) after = journal::check(dir, journal::posix_file_layer()).domains;
+  // Stamps above the floor keep their domains refusing lower tokens (EIO, "rollback").
+  std::string backing = backing_arg.empty() ? "" : canonical(backing_arg);
+  if (backing.empty() && dir.size() > 9 && dir.compare(dir.size() - 9, 9, "/.fencefs") == 0)
+    backing = dir.substr(0, dir.size() - 9);
+  uint64_t highest = 0;
+  if (rc == 0 && !backing.empty() && has_cap_sys_admin()) {
+    raise_fd_limit();
+    highest = highest_stamp(backing);
+    uint64_t lowest = UINT64_MAX;
+    for (auto& d : after) lowest = std::min(lowest, d.epoch);
+    if (highest > floor && !after.empty() && highest > lowest)
+      warnings.push_back(fmt::format(
+          "files in {} carry stamps up to epoch {}, above the floor {}: domains below it refuse "
+          "tokens lower than their files' stamps (EIO, reason rollback). Run recover again with "
+          "--floor {} to heal them all",
+          backing, highest, floor, highest));
+  }
+
+  if (as_json) {
+    std::string out = fmt::format(
+        "{{\"state\":{},\"floor\":{},\"ok\":{},\"in_use\":false,\"errno\":{},\"error\":{},"
+        "\"highest_stamp\":{},\"report\":[",
+        q(dir), floor, rc == 0 ? "true" : "false", rc, q(rc ? errname(rc) : ""), highest);
+    for (size_t i = 0; i < lines.size(); i++) out += (i ? "," : "") + q(lines[i]);
+    out += "],\"domains\":[";
+    for (size_t i = 0; i < after.size(); i++)
+      out += fmt::format("{}{{\"id\":{},\"path\":{},\"epoch\":{}}}", i ? "," : "", after[i].id,
+                         q(after[i].path), after[i].epoch);
+    out += "],\"warnings\":[";
+    for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
+    std::cout << out << "]}\n";
+    return rc == 0 ? 0 : 1;
+  }
+  for (auto& l : lines) std::cout << l << "\n";
+  for (auto& w : warnings) std::cerr << "fencectl: recover: warning: " << w << "\n";
+  if (rc != 0) {
+    fail(fmt::format("recover: failed: {} ({})", errname(rc), strerror(rc)));
+    return 1;
+  }
+  std::cout << fmt::format(
+      "recovered {}: every domain is at epoch >= {}; recorded in {}/audit.log\n", dir, floor, dir);
+  return 0;
+}
+
+// --- audit ------------------------------------------------------------------------------------
+
+int cmd_audit(const Args& args) {
+  std::string mount, state, domain, since_arg, decisions_arg;
+  bool as_json = false, verbose = false;
+  for (size_t i = 0; i < args.size(); i++) {
+    if (take_opt(args, &i, "--mount", &mount) || take_opt(args, &i, "--state", &state) ||
+        take_opt(args, &i, "--domain", &domain) || take_opt(args, &i, "--since", &since_arg) ||
+        take_opt(args, &i, "--decision", &decisions_arg))
+      continue;
+    if (args[i] == "--json") {
+      as_json = true;
+    } else if (args[i] == "--verbose" || args[i] == "-v") {
+      verbose = true;
+    } else {
+      usage_error("audit: unexpected argument " + args[i]);
+    }
+  }
+  if (mount.empty() == state.empty()) usage_error("audit: give --mount M or --state DIR");
+  if (!mount.empty()) {
+    std::string root = find_mount(mount);
+    if (root.empty()) {
+      fail("audit: " + mount + " is not a fencefs mount (no .fencefs/ctl)");
+      return 2;
+    }
+    auto st = mount_status(root);
+    const json::Value* s = st ? st->get("state") : nullptr;
+    if (!s || s->type != json::Value::Type::String) {
+      fail("audit: cannot read the state directory from " + root + "/.fencefs/status");
+      return 2;
+    }
+    state = s->str;
+  }
+  struct stat sst;
+  errno = 0;
+  if (stat(state.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
+    fail("audit: state directory " + state + ": " + (errno ? strerror(errno) : "not a directory"));
+    return 2;
+  }
+  std::optional<int64_t> since;
+  if (!since_arg.empty()) {
+    since = audit::parse_since(since_arg, audit::now_unix_ns());
+    if (!since)
+      usage_error(
+          "audit: --since takes an ISO 8601 time (2026-12-02T10:00:00Z) or a duration "
+          "(90s, 10m, 2h, 1d, 1w)");
+  }
+  std::vector<std::string> decisions;
+  for (size_t pos = 0; !decisions_arg.empty() && pos <= decisions_arg.size();) {
+    size_t c = decisions_arg.find(',', pos);
+    std::string d = decisions_arg.substr(pos, c == std::string::npos ? c : c - pos);
+    if (!d.empty()) decisions.push_back(d);
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  if (!domain.empty()) {
+    while (domain.size() > 1 && domain.back() == '/') domain.pop_back();
+    if (domain[0] != '/') usage_error("audit: --domain takes a domain path such as / or /jobs/a");
+  }
+
+  struct Row {
+    std::string cols[10];
+    std::string message;
+  };
+  std::vector<Row> rows;
+  uint64_t bad = 0;
+  std::string first_bad;
+  for (const std::string& file : audit::log_files(state)) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      if (errno != ENOENT) fail("audit: cannot read " + file + ": " + strerror(errno));
+      continue;
+    }
+    std::string line;
+    uint64_t lineno = 0;
+    while (std::getline(in, line)) {
+      lineno++;
+      bool complete = !in.eof();  // the last line of a file being written may be partial
+      if (line.empty()) continue;
+      auto v = json::parse(line);
+      if (!v || v->type != json::Value::Type::Object) {
+        if (complete) {
+          if (bad++ == 0) first_bad = fmt::format("{}:{}", file, lineno);
+        }
+        continue;
+      }
+      auto str = [&](const char* k) {
+        const json::Value* x = v->get(k);
+        return x ? x->as_string() : std::string();
+      };
+      if (!decisions.empty() &&
+          std::find(decisions.begin(), decisions.end(), str("decision")) == decisions.end())
+        continue;
+      if (!domain.empty() && str("domain") != domain) continue;
+      if (since) {
+        auto t = audit::parse_iso_time(str("time"));
+        if (!t || *t < *since) continue;
+      }
+      if (as_json) {
+        std::cout << line << "\n";
+        continue;
+      }
+      Row r;
+      std::string t = str("time");
+      if (t.size() > 23 && t.back() == 'Z') t = t.substr(0, 23) + "Z";  // milliseconds
+      std::string before = str("epoch_before"), after = str("epoch_after");
+      std::string path = str("path");
+      if (!str("path2").empty()) path += " -> " + str("path2");
+      auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
+      r.cols[0] = t;
+      r.cols[1] = dash(str("decision"));
+      r.cols[2] = dash(str("reason"));
+      r.cols[3] = dash(str("op"));
+      r.cols[4] = dash(str("domain"));
+      r.cols[5] = dash(path);
+      r.cols[6] = dash(str("token"));
+      r.cols[7] = before == after ? dash(after) : before + "->" + after;
+      r.cols[8] = dash(str("pid"));
+      r.cols[9] = dash(str("comm"));
+      r.message = str("message");
+      if (!str("error").empty()) r.message = str("error") + ": " + r.message;
+      rows.push_back(std::move(r));
+    }
+  }
+  if (bad)
+    fail(fmt::format("audit: {} unreadable line(s) skipped (the first at {})", bad, first_bad));
+  if (as_json) return 0;
+  static const char* kHead[10] = {"TIME", "DECISION", "REASON", "OP",  "DOMAIN",
+                                  "PATH", "TOKEN",    "EPOCH",  "PID", "COMM"};
+  size_t w[10];
+  for (int c = 0; c < 10; c++) {
+    w[c] = strlen(kHead[c]);
+    for (auto& r : rows) w[c] = std::max(w[c], r.cols[c].size());
+  }
+  auto print = [&](const std::string* cols) {
+    std::string l;
+    for (int c = 0; c < 10; c++) {
+      l += cols[c];
+      if (c < 9) l += std::string(w[c] - cols[c].size() + 2, ' ');
+    }
+    std::cout << l << "\n";
+  };
+  std::string head[10];
+  for (int c = 0; c < 10; c++) head[c] = kHead[c];
+  print(head);
+  for (auto& r : rows) {
+    print(r.cols);
+    if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
+  }
+  if (rows.empty()) std::cerr << "fencectl: audit: no matching records in " << state << "\n";
+  return 0;
 }
 
 }  // namespace fencefs::cli

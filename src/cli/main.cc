@@ -23,12 +23,17 @@ Coordinators:
         declare the existing directory PATH (inside a mount) a domain with its own epoch.
 Operators:
   status --mount M [--json]             domains, epochs, counters and bound processes
-  audit --mount M|--state DIR [--domain D] [--since TIME] [--decision D] [--json]
-                                        the audit trail, as a table or JSON lines
-  verify BACKING [--state DIR] [--json] check the journal and every file's stamp (exit 0 clean,
-                                        1 findings, 2 could not check)
-  recover --state DIR --floor N         offline: salvage a damaged journal and raise every
-                                        domain to at least N (when fencefs refuses to mount)
+  audit (--mount M | --state DIR) [--domain D] [--since TIME] [--decision D[,D...]] [-v] [--json]
+        the audit trail, oldest first: a table, or the stored JSON lines with --json.
+        TIME: 2026-12-02T10:00:00Z, or relative: 90s, 10m, 2h, 1d, 1w.
+        -v adds the errno and the reason under each row.
+  verify BACKING [--state DIR] [--json] [--quiet]
+        check the journal, and every file's last-epoch stamp against its domain's epoch and
+        its size and mtime (a write that bypassed fencefs). Works mounted or not.
+        Exit status 0 clean, 1 findings, 2 could not check.
+  recover --state DIR --floor N [--backing B] [--json]
+        offline, when fencefs refuses to mount: salvage the valid prefix of a damaged journal,
+        raise every domain to at least epoch N, write a fresh state. Audited.
 
 Errors print the errno name and the daemon's reason, e.g.
   fencectl: advance / 3 refused: ESTALE (stale token 3 < epoch 5)

@@ -60,18 +60,17 @@ std::string Fence::describe(const Target& t) const {
   return p;
 }
 
-void Fence::audit(audit::Event e, const Caller& c) const {
-  if (!audit_) return;
+audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
+  if (!audit_) return audit::Log::Outcome::kWritten;
   e.pid = c.pid;
   e.uid = c.uid;
   e.gid = c.gid;
   if (e.comm.empty() && c.pid > 0) e.comm = proc::comm_of(c.pid);
-  audit_->record(e);
+  return audit_->record(e);
 }
 
 int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
                   std::string message) {
-  d.refused[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
   audit::Event e;
   e.op = op.name;
   e.decision = "refused";
@@ -84,7 +83,8 @@ int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, co
   e.err = err;
   e.message = std::move(message);
   log::debug("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, d.path, c.pid, e.message);
-  audit(std::move(e), c);
+  if (audit(std::move(e), c) != audit::Log::Outcome::kRepeat)
+    d.refused[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
   return err;
 }
 

@@ -95,7 +95,9 @@ class Fence {
   // Durably declares a domain rooted at the existing directory rel (relative path "/a/b").
   int add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why);
 
-  void audit(audit::Event e, const Caller& c) const;
+  // Records an event; kRepeat when it repeated one just recorded (the kernel retries a path
+  // operation refused with ESTALE once), so callers count it once.
+  audit::Log::Outcome audit(audit::Event e, const Caller& c) const;
   std::string describe(const Target& t) const;  // path relative to the mount root
   const Config& config() const { return cfg_; }
   DomainTable& domains() { return domains_; }

@@ -116,11 +116,16 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       if ((err = resolve_dir(f, cmd.domain, &st))) {
         *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain,
                              strerror(err));
-        return err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
+        err = err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
+        return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, "", err,
+                          *reply);
       }
       err = f.fence().add_domain(cmd.domain, st.st_dev, st.st_ino, reply);
-      if (!err) audit_ctl(f, c, op, "declared", "", cmd.domain, "", 0, *reply);
-      return err;
+      if (err)
+        return refuse_ctl(f, c, op, err == EIO ? fence::Reason::Io : fence::Reason::Malformed,
+                          nullptr, cmd.domain, "", err, *reply);
+      audit_ctl(f, c, op, "declared", "", cmd.domain, "", 0, *reply);
+      return 0;
     }
   }
   return EINVAL;
@@ -201,10 +206,18 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
 }
 
 void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off) {
-  if (off < 0 || static_cast<size_t>(off) >= h.content.size())
-    return (void)fuse_reply_buf(req, nullptr, 0);
-  size_t n = std::min(size, h.content.size() - static_cast<size_t>(off));
-  fuse_reply_buf(req, h.content.data() + off, n);
+  std::string part;
+  {
+    std::lock_guard lk(h.content_mu);  // a concurrent ctl write replaces it
+    if (off >= 0 && static_cast<size_t>(off) < h.content.size())
+      part = h.content.substr(static_cast<size_t>(off), size);
+  }
+  fuse_reply_buf(req, part.data(), part.size());
+}
+
+static void set_content(Handle& h, std::string text) {
+  std::lock_guard lk(h.content_mu);
+  h.content = std::move(text);
 }
 
 void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size) {
@@ -212,14 +225,14 @@ void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size) {
   if (h.inode->kind != Kind::CtlFile) return (void)fuse_reply_err(req, EACCES);
   ctl::ParseResult p = ctl::parse_command(std::string_view(buf, size));
   if (!p.ok) {
-    h.content = "error: " + p.error + "\n";
+    set_content(h, "error: " + p.error + "\n");
     refuse_ctl(f, f.caller(req), "ctl", fence::Reason::Malformed, nullptr, "", "", EINVAL,
                p.error);
     return (void)fuse_reply_err(req, EINVAL);
   }
   std::string reply;
   int err = execute(req, p.command, &reply);
-  h.content = (err ? "error: " : "ok: ") + reply + "\n";
+  set_content(h, (err ? "error: " : "ok: ") + reply + "\n");
   if (err) return (void)fuse_reply_err(req, err);
   fuse_reply_write(req, size);
 }

@@ -59,6 +59,7 @@ struct Handle {
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   // Virtual files: the content served, and the reply to the last ctl command.
+  std::mutex content_mu;
   std::string content;
 };
 
@@ -97,6 +98,9 @@ class Fs {
   Epoch stamp_of(Inode& i, int fd = -1);
   // Records epoch `e` (and current size/mtime) as the inode's stamp. fd: a real fd or -1.
   void stamp(Inode& i, int fd, Epoch e);
+
+  // A file renamed into another domain: it belongs there now, stamped with that domain's epoch.
+  void moved_across_domains(Inode& newparent, const char* name, Domain& d, Epoch token);
 
   fence::Caller caller(fuse_req_t req) const;
   // Token the caller presents for a domain (process binding), 0 when none.

@@ -295,6 +295,32 @@ void Fs::stamp(Inode& i, int fd, Epoch e) {
   i.stamp.store(e, std::memory_order_release);
 }
 
+void Fs::moved_across_domains(Inode& newparent, const char* name, Domain& d, Epoch token) {
+  int fd = openat(newparent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
+    std::unique_lock lk(table_mu_);
+    auto it = table_.find({st.st_ino, st.st_dev});
+    Inode* i = it == table_.end() ? nullptr : it->second.get();
+    if (i) {
+      i->users++;  // keep it while restamping outside the table lock
+      lk.unlock();
+      i->domain.store(&d);
+      i->domain_gen.store(fence_.domains().generation());
+      i->stamp.store(0);  // the old domain's stamp says nothing here
+      stamp(*i, -1, token);
+      unpin(*i);
+    } else if (opts_.stamps && S_ISREG(st.st_mode)) {
+      lk.unlock();
+      std::string v = fmt::format("v1 epoch={} size={} mtime={}.{:09d}", token, st.st_size,
+                                  st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+      setxattr(proc_path(fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+    }
+  }
+  ::close(fd);
+}
+
 fence::Caller Fs::caller(fuse_req_t req) const {
   const fuse_ctx* c = fuse_req_ctx(req);
   return fence::Caller{c->pid, c->uid, c->gid};

@@ -326,7 +326,7 @@ int main(int argc, char* argv[]) {
     log::error("{}", msg);
     audit::Event e;
     e.op = "mount";
-    e.decision = "refused";
+    e.decision = "detected";
     e.reason = "rollback";
     e.message = msg;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
@@ -403,7 +403,7 @@ int main(int argc, char* argv[]) {
     ret = fuse_session_loop(se);
   } else {
     fuse_loop_config* lc = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(lc, 1);
+    fuse_loop_cfg_set_clone_fd(lc, getenv("FENCEFS_CLONE_FD") ? 1 : 0);
     fuse_loop_cfg_set_max_threads(lc, 16);
     ret = fuse_session_loop_mt(se, lc);
     fuse_loop_cfg_destroy(lc);

@@ -165,6 +165,8 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
     return (void)fuse_reply_err(req, EPERM);
   Domain& di = f.domain_of(i);
   Domain& dn = f.domain_of(np);
+  // One inode, one domain: its stamps and epoch cannot belong to two (like crossing devices).
+  if (&di != &dn) return (void)fuse_reply_err(req, EXDEV);
   fence::Admission a;
   fence::Op op{"link", {i.fd, nullptr}, {np.fd, newname}};
   int err = f.fence().admit2(di, f.token_for(req, di), dn, f.token_for(req, dn), f.caller(req),
@@ -224,13 +226,21 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     return (void)fuse_reply_err(req, EBUSY);
   Domain& d1 = f.domain_of(p);
   Domain& d2 = f.domain_of(np);
+  if (&d1 != &d2) {
+    // A directory's files carry stamps of their domain's epochs: moving a tree across domains
+    // is a copy (EXDEV, as across devices; mv falls back to copying). A file moves and is
+    // restamped below. An exchange would move two entries: EXDEV too.
+    struct stat st;
+    if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return (void)fuse_reply_err(req, errno);
+    if (S_ISDIR(st.st_mode) || (flags & RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EXDEV);
+  }
   fence::Admission a;
   fence::Op op{"rename", {p.fd, name}, {np.fd, newname}};
-  int err = f.fence().admit2(d1, f.token_for(req, d1), d2, f.token_for(req, d2), f.caller(req),
-                             op, &a);
+  Epoch t2 = f.token_for(req, d2);
+  int err = f.fence().admit2(d1, f.token_for(req, d1), d2, t2, f.caller(req), op, &a);
   if (err) return (void)fuse_reply_err(req, err);
   if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
-  if (&d1 != &d2) f.fence().domains().bump_generation();  // moved entries: re-place lazily
+  if (&d1 != &d2) f.moved_across_domains(np, newname, d2, t2);
   fuse_reply_err(req, 0);
 }
 

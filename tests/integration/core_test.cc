@@ -458,3 +458,34 @@ TEST(Core, MoreInodesThanFileDescriptors) {
   std::string metrics = slurp(m.path(".fencefs/metrics"));
   EXPECT_NE(std::string::npos, metrics.find("fencefs_inodes")) << metrics;
 }
+
+TEST(Core, CrossDomainMovesAndLinks) {
+  Mount m;
+  ASSERT_EQ(0, as_job(m, 40, [&] {
+              if (mkdir(m.path("a").c_str(), 0755) || mkdir(m.path("a/sub").c_str(), 0755))
+                return 1;
+              int fd = open(m.path("f").c_str(), O_WRONLY | O_CREAT, 0644);
+              return fd < 0 || write(fd, "x", 1) != 1 || close(fd) ? 2 : 0;
+            }));
+  ASSERT_EQ(0, sh(std::string(FENCECTL_BIN) + " domain add '" + m.path("a") + "' >/dev/null"));
+  auto both = [&](const std::function<int()>& fn) {
+    return in_child([&] { return m.ctl("bind / 40") || m.ctl("bind /a 3") ? 99 : fn(); });
+  };
+  // A file moves across and takes the new domain's epoch as its stamp (no false rollback).
+  EXPECT_EQ(0, both([&] { return E(rename(m.path("f").c_str(), m.path("a/f").c_str())); }));
+  EXPECT_EQ("3", xattr(m.path("a/f"), "user.fencefs.last_epoch"));
+  EXPECT_EQ(0, both([&] {
+              int fd = open(m.path("a/f").c_str(), O_WRONLY | O_APPEND);
+              return fd < 0 ? errno : E(write(fd, "y", 1));
+            }));
+  // A directory tree or a hard link does not: EXDEV, as across devices (mv copies instead).
+  EXPECT_EQ(0, as_job(m, 40, [&] { return E(mkdir(m.path("tree").c_str(), 0755)); }));
+  EXPECT_EQ(EXDEV, both([&] { return E(rename(m.path("tree").c_str(), m.path("a/tree").c_str())); }));
+  EXPECT_EQ(EXDEV, both([&] { return E(link(m.path("a/f").c_str(), m.path("g").c_str())); }));
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 40") || m.ctl("bind /a 3")) return 99;
+              return sh("mv '" + m.path("tree") + "' '" + m.path("a/tree") + "'");
+            }));
+  struct stat st;
+  EXPECT_EQ(0, stat(m.bpath("a/tree").c_str(), &st));
+}
