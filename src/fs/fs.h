@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <map>
+#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,10 +46,13 @@ struct Inode {
   Kind kind = Kind::Real;
   std::atomic<uint64_t> nlookup{0};
   std::atomic<Domain*> domain{nullptr};
-  std::atomic<uint64_t> domain_gen{0};
+  std::atomic<uint32_t> domain_gen{0};
   std::atomic<Epoch> stamp{kStampUnknown};  // last-epoch stamp, loaded lazily
-  std::mutex mu;                              // orders stamp writes; fd reclaim and reopen
 };
+
+// Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
+// keep cached inodes small.
+std::mutex& inode_mutex(const Inode& i);
 
 struct Handle {
   int fd = -1;
@@ -122,8 +126,14 @@ class Fs {
   fence::Bindings& bindings_;
   Inode root_;
   void reclaim_fds();
+  bool take_file_id(Inode& i, int fd);
   std::mutex table_mu_;
-  std::map<std::pair<ino_t, dev_t>, std::unique_ptr<Inode>> table_;
+  struct KeyHash {
+    size_t operator()(const std::pair<ino_t, dev_t>& k) const {
+      return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ULL ^ k.second);
+    }
+  };
+  std::unordered_map<std::pair<ino_t, dev_t>, Inode, KeyHash> table_;  // nodes never move
   int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
   std::atomic<size_t> open_fds_{0};
   size_t fd_soft_limit_ = 0;

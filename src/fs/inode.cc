@@ -32,6 +32,8 @@ Epoch parse_stamp_epoch(std::string_view v) {
 }
 
 
+std::mutex g_inode_mutexes[256];
+
 uint32_t coarse_now() {
   return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -39,6 +41,10 @@ uint32_t coarse_now() {
 }
 
 }  // namespace
+
+std::mutex& inode_mutex(const Inode& i) {
+  return g_inode_mutexes[(reinterpret_cast<uintptr_t>(&i) >> 6) % std::size(g_inode_mutexes)];
+}
 
 Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd)
     : opts_(std::move(opts)), fence_(fence), bindings_(bindings) {
@@ -56,7 +62,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   root_.type = S_IFDIR;
   root_.nlookup = 2;
   root_.domain = fence.domains().root();
-  root_.domain_gen = ~0ULL;  // the root always belongs to the root domain
+  root_.domain_gen = ~0u;  // the root always belongs to the root domain
   ctl_dir.kind = Kind::CtlDir;
   ctl_dir.type = S_IFDIR;
   ctl_file.kind = Kind::CtlFile;
@@ -67,7 +73,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
 
 Fs::~Fs() {
   for (auto& [k, i] : table_)
-    if (i->fd >= 0) ::close(i->fd);
+    if (i.fd >= 0) ::close(i.fd);
   if (root_.fd >= 0) ::close(root_.fd);
   if (mount_fd_ >= 0) ::close(mount_fd_);
 }
@@ -75,7 +81,7 @@ Fs::~Fs() {
 int Fs::pin(Inode& i) {
   i.users.fetch_add(1);
   if (i.fd.load() >= 0 || &i == &root_ || is_virtual(i)) return 0;
-  std::lock_guard lk(i.mu);
+  std::lock_guard lk(inode_mutex(i));
   if (i.fd.load() >= 0) return 0;
   if (i.id.len == 0) return ESTALE;
   struct {
@@ -107,6 +113,24 @@ Pinned::~Pinned() {
   if (b_) f_.unpin(*b_);
 }
 
+// The handle that reopens an inode later; only for BACKING's own filesystem, whose root is the
+// mount fd. Taken when the fd is first reclaimed, not at lookup: most inodes never need it.
+bool Fs::take_file_id(Inode& i, int fd) {
+  if (i.id.len) return true;
+  if (i.dev != root_.dev) return false;
+  struct {
+    file_handle h;
+    unsigned char bytes[sizeof(FileId::bytes)];
+  } buf;
+  buf.h.handle_bytes = sizeof(FileId::bytes);
+  int mnt_id;
+  if (name_to_handle_at(fd, "", &buf.h, &mnt_id, AT_EMPTY_PATH) != 0) return false;
+  i.id.type = buf.h.handle_type;
+  i.id.len = static_cast<uint8_t>(buf.h.handle_bytes);
+  memcpy(i.id.bytes, buf.h.f_handle, buf.h.handle_bytes);
+  return true;
+}
+
 // Closes the fds of idle inodes until well under the soft limit. An fd is taken away only under
 // the inode's mutex and only when no pin is in flight; a pin that races sees -1 and reopens.
 void Fs::reclaim_fds() {
@@ -116,18 +140,18 @@ void Fs::reclaim_fds() {
   std::vector<Inode*> victims;
   {
     std::lock_guard lk(table_mu_);
-    for (auto& [k, i] : table_) {
+    for (auto& [k, node] : table_) {
+      Inode* i = &node;
       if (open_fds_.load() - victims.size() <= target) break;
-      if (i->id.len == 0 || i->open_handles.load() || i->users.load() || i->fd.load() < 0)
-        continue;
+      if (i->open_handles.load() || i->users.load() || i->fd.load() < 0) continue;
       if (now - i->last_use.load(std::memory_order_relaxed) < 1) continue;
-      victims.push_back(i.get());
+      victims.push_back(i);
     }
     for (Inode* i : victims) {
-      std::lock_guard ilk(i->mu);
+      std::lock_guard ilk(inode_mutex(*i));
       int fd = i->fd.exchange(-1);
       if (fd < 0) continue;
-      if (i->users.load() != 0 || i->open_handles.load() != 0) {
+      if (i->users.load() != 0 || i->open_handles.load() != 0 || !take_file_id(*i, fd)) {
         i->fd.store(fd);
         continue;
       }
@@ -174,31 +198,16 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   }
   e->attr = st;
   std::unique_lock lk(table_mu_);
-  auto& slot = table_[{st.st_ino, st.st_dev}];
-  Inode* i = slot.get();
-  if (i) {
+  auto [it, inserted] = table_.try_emplace({st.st_ino, st.st_dev});
+  Inode* i = &it->second;
+  if (!inserted) {
     ::close(fd);
   } else {
-    slot = std::make_unique<Inode>();
-    i = slot.get();
     i->fd = fd;
     i->dev = st.st_dev;
     i->ino = st.st_ino;
     i->type = st.st_mode & S_IFMT;
     i->last_use = coarse_now();
-    if (st.st_dev == root_.dev) {  // handles resolve through BACKING's own filesystem only
-      struct {
-        file_handle h;
-        unsigned char bytes[sizeof(FileId::bytes)];
-      } buf;
-      buf.h.handle_bytes = sizeof(FileId::bytes);
-      int mnt_id;
-      if (name_to_handle_at(fd, "", &buf.h, &mnt_id, AT_EMPTY_PATH) == 0) {
-        i->id.type = buf.h.handle_type;
-        i->id.len = static_cast<uint8_t>(buf.h.handle_bytes);
-        memcpy(i->id.bytes, buf.h.f_handle, buf.h.handle_bytes);
-      }
-    }
     n_inodes++;
     open_fds_++;
     // A directory that roots a domain belongs to it; anything else to its parent's domain.
@@ -208,7 +217,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     lk.unlock();
     if (!d) d = &domain_of(p);
     i->domain = d;
-    i->domain_gen = fence_.domains().generation();
+    i->domain_gen = static_cast<uint32_t>(fence_.domains().generation());
     lk.lock();
   }
   i->nlookup++;
@@ -238,7 +247,7 @@ Domain& Fs::domain_of(Inode& i) {
   if (&i == &root_) return *fence_.domains().root();
   uint64_t gen = fence_.domains().generation();
   Domain* d = i.domain.load(std::memory_order_acquire);
-  if (d && i.domain_gen.load(std::memory_order_acquire) == gen) return *d;
+  if (d && i.domain_gen.load(std::memory_order_acquire) == static_cast<uint32_t>(gen)) return *d;
   // Domains changed since this inode was placed: find it again by its current path.
   char buf[PATH_MAX];
   ssize_t n = readlink(proc_path(i.fd).c_str(), buf, sizeof buf - 1);
@@ -255,7 +264,7 @@ Domain& Fs::domain_of(Inode& i) {
   }
   if (!found) found = d ? d : fence_.domains().root();  // unlinked: keep what it had
   i.domain.store(found, std::memory_order_release);
-  i.domain_gen.store(gen, std::memory_order_release);
+  i.domain_gen.store(static_cast<uint32_t>(gen), std::memory_order_release);
   return *found;
 }
 
@@ -278,7 +287,7 @@ void Fs::stamp(Inode& i, int fd, Epoch e) {
   if (!opts_.stamps || i.type != S_IFREG) return;
   Pinned pin(*this, fd >= 0 ? nullptr : &i);
   if (pin.error()) return;
-  std::lock_guard lk(i.mu);
+  std::lock_guard lk(inode_mutex(i));
   Epoch cur = stamp_of(i, fd);
   if (e < cur) e = cur;  // stamps never go down, whatever order handles close in
   struct stat st;
@@ -302,12 +311,12 @@ void Fs::moved_across_domains(Inode& newparent, const char* name, Domain& d, Epo
   if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
     std::unique_lock lk(table_mu_);
     auto it = table_.find({st.st_ino, st.st_dev});
-    Inode* i = it == table_.end() ? nullptr : it->second.get();
+    Inode* i = it == table_.end() ? nullptr : &it->second;
     if (i) {
       i->users++;  // keep it while restamping outside the table lock
       lk.unlock();
       i->domain.store(&d);
-      i->domain_gen.store(fence_.domains().generation());
+      i->domain_gen.store(static_cast<uint32_t>(fence_.domains().generation()));
       i->stamp.store(0);  // the old domain's stamp says nothing here
       stamp(*i, -1, token);
       unpin(*i);

@@ -237,7 +237,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   fence::Admission a;
   fence::Op op{"rename", {p.fd, name}, {np.fd, newname}};
   Epoch t2 = f.token_for(req, d2);
-  int err = f.fence().admit2(d1, f.token_for(req, d1), d2, t2, f.caller(req), op, &a);
+  Epoch t1 = &d1 == &d2 ? t2 : f.token_for(req, d1);
+  int err = f.fence().admit2(d1, t1, d2, t2, f.caller(req), op, &a);
   if (err) return (void)fuse_reply_err(req, err);
   if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
   if (&d1 != &d2) f.moved_across_domains(np, newname, d2, t2);

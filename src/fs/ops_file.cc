@@ -103,8 +103,11 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     return (void)fuse_reply_err(req, err);
   }
   Inode& i = *f.inode(e.ino);
-  f.stamp(i, fd, a.token());
+  // The stamp is written when the handle closes (dirty); until then the epoch is known here.
+  Epoch unknown = kStampUnknown;
+  i.stamp.compare_exchange_strong(unknown, a.token());
   Handle* h = new_handle(fd, i, &f.domain_of(p), a.token(), true);
+  h->dirty = true;
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, true);
