@@ -62,6 +62,7 @@ struct Handle {
   bool writable = false;
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
+  std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;
   std::string content;
@@ -161,13 +162,15 @@ const fuse_lowlevel_ops& operations();
 // inheritance are native; DAC overrides stay raised since the kernel already checked permissions.
 class AsCaller {
  public:
-  explicit AsCaller(fuse_req_t req);
+  // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
+  AsCaller(fuse_req_t req, mode_t mode);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
   AsCaller& operator=(const AsCaller&) = delete;
 
  private:
   bool switched_ = false;
+  bool groups_ = false;
 };
 
 // Handlers, one group per file.

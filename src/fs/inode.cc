@@ -339,10 +339,16 @@ Epoch Fs::token_for(fuse_req_t req, Domain& d) {
   return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
 }
 
-AsCaller::AsCaller(fuse_req_t req) {
+AsCaller::AsCaller(fuse_req_t req, mode_t mode) {
   const fuse_ctx* c = fuse_req_ctx(req);
   if (c->uid == 0 && c->gid == 0) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
+  if (mode & S_ISGID) {
+    // Whether the bit survives depends on the caller's groups (read from /proc: only here).
+    gid_t groups[256];
+    int n = fuse_req_getgroups(req, 256, groups);
+    if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
+  }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -359,6 +365,7 @@ AsCaller::~AsCaller() {
   if (!switched_) return;
   syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
   syscall(SYS_setfsgid, 0);
+  if (groups_) syscall(SYS_setgroups, 0, nullptr);
 }
 
 }  // namespace fencefs::fs

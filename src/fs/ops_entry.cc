@@ -129,7 +129,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   if (err) return (void)fuse_reply_err(req, err);
   int res;
   {
-    AsCaller as(req);
+    AsCaller as(req, mode);
     if (link)
       res = symlinkat(link, p.fd, name);
     else if (S_ISDIR(mode))

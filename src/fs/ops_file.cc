@@ -64,7 +64,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (err) return (void)fuse_reply_err(req, err);
     token = a.token();
   }
-  int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY);
+  // No O_APPEND below: the kernel puts appends at its i_size and sends the offset, and fcntl()
+  // may drop O_APPEND later without telling us.
+  int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND);
   int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   Handle* h = new_handle(fd, i, d, token, writable);
@@ -92,8 +94,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (err) return (void)fuse_reply_err(req, err);
   int fd;
   {
-    AsCaller as(req);
-    fd = openat(p.fd, name, (fi->flags | O_CREAT) & ~O_NOFOLLOW, mode);
+    AsCaller as(req, mode);
+    fd = openat(p.fd, name, (fi->flags | O_CREAT) & ~(O_NOFOLLOW | O_APPEND), mode);
   }
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;
@@ -128,6 +130,28 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
+// A write by a caller without CAP_FSETID clears set-user-ID, and set-group-ID when the group may
+// execute or the caller is not in the file's group, as the kernel does natively. The kernel
+// leaves this to us for direct I/O; the daemon itself writes as root, which would keep them.
+static void drop_privs(fuse_req_t req, Handle& h) {
+  if (h.privs_checked.exchange(true)) return;
+  const fuse_ctx* c = fuse_req_ctx(req);
+  if (c->uid == 0) return;
+  struct stat st;
+  if (fstat(h.fd, &st) != 0 || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  mode_t mode = st.st_mode & 07777 & ~S_ISUID;
+  if (st.st_mode & S_ISGID) {
+    bool in_group = c->gid == st.st_gid;
+    if (!in_group) {
+      gid_t groups[256];
+      int n = fuse_req_getgroups(req, 256, groups);
+      for (int k = 0; k < n && k < 256; k++) in_group |= groups[k] == st.st_gid;
+    }
+    if ((st.st_mode & S_IXGRP) || !in_group) mode &= ~S_ISGID;
+  }
+  if (mode != (st.st_mode & 07777)) fchmod(h.fd, mode);
+}
+
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
               fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
@@ -135,6 +159,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
   fence::Admission a;
   int err = admit_handle(req, h, "write", &a);
   if (err) return (void)fuse_reply_err(req, err);
+  drop_privs(req, h);
   ssize_t n = pwrite(h.fd, data, size, off);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_write(req, static_cast<size_t>(n));
