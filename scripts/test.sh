@@ -53,7 +53,11 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
       [ -x build-asan/$t ] && run "asan:$t" build-asan/$t --gtest_brief=1
     done
     for t in build-asan/*_test; do
-      [ -x "$t" ] && run "asan:$(basename "$t")" "$t" --gtest_brief=1
+      # libfiu's LD_PRELOAD cannot run beside ASan's runtime (it crashes at start), so the one
+      # test that injects fsync errors with fiu-run runs in the plain pass only; under ASan the
+      # same failure path is covered by journal_tests' fault-injecting file layer.
+      [ -x "$t" ] && run "asan:$(basename "$t")" "$t" --gtest_brief=1 \
+        --gtest_filter=-Durability.FsyncFailureFailsClosed
     done
   else
     failed+=("asan-build")

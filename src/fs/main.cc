@@ -222,6 +222,10 @@ std::string read_key(const std::string& file) {
 
 int main(int argc, char* argv[]) {
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  struct FreeArgs {
+    fuse_args* a;
+    ~FreeArgs() { fuse_opt_free_args(a); }
+  } free_args{&args};
   Args a;
   if (fuse_opt_parse(&args, &a, kSpecs, opt_proc) != 0) return 1;
   if (a.help) {
@@ -412,7 +416,6 @@ int main(int argc, char* argv[]) {
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   free(copts.mountpoint);
-  fuse_opt_free_args(&args);
   log::info("unmounted {}", mnt);
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
   bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP;
