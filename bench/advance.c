@@ -12,10 +12,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
-#include <sys/ioctl.h>
+
 #include "fencefs/ioctl.h"
 
 static const char *g_mnt;
@@ -30,7 +31,11 @@ static double now(void) {
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-struct arg { long k; long count; double t0, t1; };
+struct arg {
+  long k;
+  long count;
+  double t0, t1;
+};
 
 static void *worker(void *p) {
   struct arg *a = p;
@@ -47,7 +52,10 @@ static void *worker(void *p) {
   a->t0 = now();
   double end = a->t0 + g_secs;
   int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) { fprintf(stderr, "advance: open %s: %s\n", path, strerror(errno)); g_failed = 1; }
+  if (dfd < 0) {
+    fprintf(stderr, "advance: open %s: %s\n", path, strerror(errno));
+    g_failed = 1;
+  }
   while (!g_failed) {
     struct fencefs_token t;
     memset(&t, 0, sizeof t);
@@ -67,23 +75,30 @@ static void *worker(void *p) {
 }
 
 int main(int argc, char **argv) {
-  if (argc != 5) { fprintf(stderr, "usage: advance MNT NDOMAINS SECONDS BASE_TOKEN\n"); return 2; }
+  if (argc != 5) {
+    fprintf(stderr, "usage: advance MNT NDOMAINS SECONDS BASE_TOKEN\n");
+    return 2;
+  }
   g_mnt = argv[1];
   long k = atol(argv[2]);
   g_secs = atof(argv[3]);
   g_base = strtoull(argv[4], NULL, 10);
-  if (k <= 0 || k > 1024 || g_secs <= 0 || g_base == 0) { fprintf(stderr, "advance: bad arguments\n"); return 2; }
+  if (k <= 0 || k > 1024 || g_secs <= 0 || g_base == 0) {
+    fprintf(stderr, "advance: bad arguments\n");
+    return 2;
+  }
   pthread_t th[1024];
   struct arg args[1024];
   pthread_barrier_init(&g_start, NULL, (unsigned)k + 1);
   for (long i = 0; i < k; i++) {
-    args[i].k = i + 1; args[i].count = 0;
+    args[i].k = i + 1;
+    args[i].count = 0;
     pthread_create(&th[i], NULL, worker, &args[i]);
   }
   pthread_barrier_wait(&g_start);
   for (long i = 0; i < k; i++) pthread_join(th[i], NULL);
   if (g_failed) return 1;
-  double t0 = args[0].t0, t1 = args[0].t1;  /* first start to last end, stamped by the threads */
+  double t0 = args[0].t0, t1 = args[0].t1; /* first start to last end, stamped by the threads */
   for (long i = 1; i < k; i++) {
     if (args[i].t0 < t0) t0 = args[i].t0;
     if (args[i].t1 > t1) t1 = args[i].t1;

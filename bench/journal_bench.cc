@@ -43,7 +43,11 @@ static int generate(const std::string& dir, uint64_t n, uint32_t ndomains) {
     std::string path = "/bench" + std::to_string(i);
     bool found = false;
     for (const auto& d : store->domains()) {
-      if (d.path == path) { ids.push_back(d.id); epochs.push_back(d.epoch); found = true; }
+      if (d.path == path) {
+        ids.push_back(d.id);
+        epochs.push_back(d.epoch);
+        found = true;
+      }
     }
     if (found) continue;
     uint32_t id = ++max_id;
@@ -57,7 +61,10 @@ static int generate(const std::string& dir, uint64_t n, uint32_t ndomains) {
   }
   if (ids.empty()) {  // only the root domain
     for (const auto& d : store->domains()) {
-      if (d.id == 0) { ids.push_back(0); epochs.push_back(d.epoch); }
+      if (d.id == 0) {
+        ids.push_back(0);
+        epochs.push_back(d.epoch);
+      }
     }
   }
   double t0 = now();
@@ -65,7 +72,8 @@ static int generate(const std::string& dir, uint64_t n, uint32_t ndomains) {
     size_t k = i % ids.size();
     int rc = store->advance(ids[k], ++epochs[k]);
     if (rc != 0) {
-      std::fprintf(stderr, "journal_bench: advance #%llu: %s\n", (unsigned long long)i, std::strerror(rc));
+      std::fprintf(stderr, "journal_bench: advance #%llu: %s\n", (unsigned long long)i,
+                   std::strerror(rc));
       return 1;
     }
   }

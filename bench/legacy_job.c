@@ -1,8 +1,9 @@
 /* The legacy-job pattern: create a temp file, write 4 KiB, close, rename it over the final name.
  * Usage: legacy_job DIR NFILES NTHREADS
- * DIR is created if missing. Each thread works in its own subdirectory DIR/tN (created, untimed) and handles
- * NFILES/NTHREADS jobs. The timed part starts when every thread is ready and ends when the last one
- * finishes. Prints "files N", "seconds S", "files_per_s R". Exit status non-zero on any error. */
+ * DIR is created if missing. Each thread works in its own subdirectory DIR/tN (created, untimed)
+ * and handles NFILES/NTHREADS jobs. The timed part starts when every thread is ready and ends when
+ * the last one finishes. Prints "files N", "seconds S", "files_per_s R". Exit status non-zero on
+ * any error. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -43,25 +44,45 @@ static void *worker(void *arg) {
     snprintf(tmp, sizeof tmp, "%s/.out-%ld.tmp", sub, i);
     snprintf(fin, sizeof fin, "%s/out-%ld", sub, i);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { fprintf(stderr, "legacy_job: open %s: %s\n", tmp, strerror(errno)); g_failed = 1; return NULL; }
+    if (fd < 0) {
+      fprintf(stderr, "legacy_job: open %s: %s\n", tmp, strerror(errno));
+      g_failed = 1;
+      return NULL;
+    }
     ssize_t n = write(fd, buf, sizeof buf);
     if (n != (ssize_t)sizeof buf) {
       fprintf(stderr, "legacy_job: write %s: %s\n", tmp, n < 0 ? strerror(errno) : "short write");
-      g_failed = 1; close(fd); return NULL;
+      g_failed = 1;
+      close(fd);
+      return NULL;
     }
-    if (close(fd) != 0) { fprintf(stderr, "legacy_job: close %s: %s\n", tmp, strerror(errno)); g_failed = 1; return NULL; }
-    if (rename(tmp, fin) != 0) { fprintf(stderr, "legacy_job: rename %s: %s\n", tmp, strerror(errno)); g_failed = 1; return NULL; }
+    if (close(fd) != 0) {
+      fprintf(stderr, "legacy_job: close %s: %s\n", tmp, strerror(errno));
+      g_failed = 1;
+      return NULL;
+    }
+    if (rename(tmp, fin) != 0) {
+      fprintf(stderr, "legacy_job: rename %s: %s\n", tmp, strerror(errno));
+      g_failed = 1;
+      return NULL;
+    }
   }
   g_end_t[t] = now();
   return NULL;
 }
 
 int main(int argc, char **argv) {
-  if (argc != 4) { fprintf(stderr, "usage: legacy_job DIR NFILES NTHREADS\n"); return 2; }
+  if (argc != 4) {
+    fprintf(stderr, "usage: legacy_job DIR NFILES NTHREADS\n");
+    return 2;
+  }
   g_dir = argv[1];
   long nfiles = atol(argv[2]);
   long nthreads = atol(argv[3]);
-  if (nfiles <= 0 || nthreads <= 0 || nthreads > 1024) { fprintf(stderr, "legacy_job: bad arguments\n"); return 2; }
+  if (nfiles <= 0 || nthreads <= 0 || nthreads > 1024) {
+    fprintf(stderr, "legacy_job: bad arguments\n");
+    return 2;
+  }
   g_per_thread = nfiles / nthreads;
   if (mkdir(g_dir, 0755) != 0 && errno != EEXIST) {
     fprintf(stderr, "legacy_job: mkdir %s: %s\n", g_dir, strerror(errno));

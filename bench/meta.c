@@ -30,7 +30,10 @@ static int do_create(long n) {
   for (long i = 0; i < n; i++) {
     name(nm, i);
     int fd = openat(dfd, nm, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) { fprintf(stderr, "meta: create %s: %s\n", nm, strerror(errno)); return -1; }
+    if (fd < 0) {
+      fprintf(stderr, "meta: create %s: %s\n", nm, strerror(errno));
+      return -1;
+    }
     close(fd);
   }
   return 0;
@@ -42,7 +45,8 @@ static int do_stat(long start, long n) {
   for (long i = start; i < n; i++) {
     name(nm, i);
     if (fstatat(dfd, nm, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      fprintf(stderr, "meta: stat %s: %s\n", nm, strerror(errno)); return -1;
+      fprintf(stderr, "meta: stat %s: %s\n", nm, strerror(errno));
+      return -1;
     }
   }
   return 0;
@@ -50,7 +54,10 @@ static int do_stat(long start, long n) {
 
 static long do_list(const char *dir) {
   DIR *d = opendir(dir);
-  if (!d) { fprintf(stderr, "meta: opendir %s: %s\n", dir, strerror(errno)); return -1; }
+  if (!d) {
+    fprintf(stderr, "meta: opendir %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
   long cnt = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
@@ -64,19 +71,31 @@ static int do_unlink(long n) {
   char nm[32];
   for (long i = 0; i < n; i++) {
     name(nm, i);
-    if (unlinkat(dfd, nm, 0) != 0) { fprintf(stderr, "meta: unlink %s: %s\n", nm, strerror(errno)); return -1; }
+    if (unlinkat(dfd, nm, 0) != 0) {
+      fprintf(stderr, "meta: unlink %s: %s\n", nm, strerror(errno));
+      return -1;
+    }
   }
   return 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 4) { fprintf(stderr, "usage: meta run|create|stat DIR N [LISTINGS]\n"); return 2; }
+  if (argc < 4) {
+    fprintf(stderr, "usage: meta run|create|stat DIR N [LISTINGS]\n");
+    return 2;
+  }
   const char *mode = argv[1], *dir = argv[2];
   long n = atol(argv[3]);
   long listings = argc > 4 && !strcmp(mode, "run") ? atol(argv[4]) : 3;
-  if (n <= 0 || listings <= 0) { fprintf(stderr, "meta: bad arguments\n"); return 2; }
+  if (n <= 0 || listings <= 0) {
+    fprintf(stderr, "meta: bad arguments\n");
+    return 2;
+  }
   dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) { fprintf(stderr, "meta: open %s: %s\n", dir, strerror(errno)); return 1; }
+  if (dfd < 0) {
+    fprintf(stderr, "meta: open %s: %s\n", dir, strerror(errno));
+    return 1;
+  }
   double t0, t1;
   if (!strcmp(mode, "create")) {
     t0 = now();
@@ -86,27 +105,42 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "stat")) {
     long start = argc > 4 ? atol(argv[4]) : 0;
-    if (start < 0 || start > n) { fprintf(stderr, "meta: bad START\n"); return 2; }
+    if (start < 0 || start > n) {
+      fprintf(stderr, "meta: bad START\n");
+      return 2;
+    }
     t0 = now();
     if (do_stat(start, n)) return 1;
     printf("stat_ops_per_s %.1f\n", (n - start) / (now() - t0));
     return 0;
   }
-  if (strcmp(mode, "run")) { fprintf(stderr, "meta: unknown mode %s\n", mode); return 2; }
-  t0 = now(); if (do_create(n)) return 1; t1 = now();
+  if (strcmp(mode, "run")) {
+    fprintf(stderr, "meta: unknown mode %s\n", mode);
+    return 2;
+  }
+  t0 = now();
+  if (do_create(n)) return 1;
+  t1 = now();
   printf("create_ops_per_s %.1f\n", n / (t1 - t0));
-  t0 = now(); if (do_stat(0, n)) return 1; t1 = now();
+  t0 = now();
+  if (do_stat(0, n)) return 1;
+  t1 = now();
   printf("stat_ops_per_s %.1f\n", n / (t1 - t0));
   long total = 0;
   t0 = now();
   for (long r = 0; r < listings; r++) {
     long c = do_list(dir);
-    if (c != n) { fprintf(stderr, "meta: listing saw %ld entries, expected %ld\n", c, n); return 1; }
+    if (c != n) {
+      fprintf(stderr, "meta: listing saw %ld entries, expected %ld\n", c, n);
+      return 1;
+    }
     total += c;
   }
   t1 = now();
   printf("list_entries_per_s %.1f\n", total / (t1 - t0));
-  t0 = now(); if (do_unlink(n)) return 1; t1 = now();
+  t0 = now();
+  if (do_unlink(n)) return 1;
+  t1 = now();
   printf("unlink_ops_per_s %.1f\n", n / (t1 - t0));
   return 0;
 }

@@ -16,8 +16,8 @@
 #include <linux/types.h>
 
 struct fencefs_token {
-  __u64 epoch;         /* 1 .. 9223372036854775807 */
-  char signature[64];  /* 64 lowercase hex digits of the HMAC, or all zero when unsigned */
+  __u64 epoch;        /* 1 .. 9223372036854775807 */
+  char signature[64]; /* 64 lowercase hex digits of the HMAC, or all zero when unsigned */
 };
 
 #define FENCEFS_IOC_SET_TOKEN _IOW('F', 0x01, struct fencefs_token)

@@ -1,5 +1,6 @@
 // run, advance, sign, domain, status.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
 #include <sys/prctl.h>
@@ -10,8 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "cli/ctlfile.h"

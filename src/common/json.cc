@@ -48,14 +48,30 @@ struct Parser {
       if (i >= s.size()) return fail("truncated escape");
       char e = s[i++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (i + 4 > s.size()) return fail("truncated \\u");
           unsigned cp = 0;
@@ -65,7 +81,8 @@ struct Parser {
           utf8(out, cp);
           break;
         }
-        default: return fail("bad escape");
+        default:
+          return fail("bad escape");
       }
     }
     if (i >= s.size()) return fail("unterminated string");
@@ -149,11 +166,16 @@ const Value* Value::get(std::string_view key) const {
 
 std::string Value::as_string() const {
   switch (type) {
-    case Type::String: return str;
-    case Type::Number: return raw_number;
-    case Type::Bool: return b ? "true" : "false";
-    case Type::Null: return "";
-    default: return "…";
+    case Type::String:
+      return str;
+    case Type::Number:
+      return raw_number;
+    case Type::Bool:
+      return b ? "true" : "false";
+    case Type::Null:
+      return "";
+    default:
+      return "…";
   }
 }
 

@@ -41,8 +41,8 @@ class Bindings {
 
  private:
   struct Resolved {
-    int pidfd = -1;      // of the thread; readable once it exits
-    uint64_t gen = 0;    // bindings generation the result was computed at
+    int pidfd = -1;    // of the thread; readable once it exits
+    uint64_t gen = 0;  // bindings generation the result was computed at
     std::map<uint32_t, Epoch> tokens;
   };
   std::map<uint32_t, Epoch> walk(pid_t tid);

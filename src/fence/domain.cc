@@ -8,25 +8,38 @@ namespace fencefs::fence {
 
 const char* verdict_name(Verdict v) {
   switch (v) {
-    case Verdict::Missing: return "missing";
-    case Verdict::Stale: return "stale";
-    case Verdict::Equal: return "equal";
-    case Verdict::Advance: return "advance";
-    case Verdict::TooFar: return "too_far";
+    case Verdict::Missing:
+      return "missing";
+    case Verdict::Stale:
+      return "stale";
+    case Verdict::Equal:
+      return "equal";
+    case Verdict::Advance:
+      return "advance";
+    case Verdict::TooFar:
+      return "too_far";
   }
   return "?";
 }
 
 const char* reason_name(Reason r) {
   switch (r) {
-    case Reason::Stale: return "stale";
-    case Reason::Missing: return "missing";
-    case Reason::Malformed: return "malformed";
-    case Reason::Unauthorised: return "unauthorised";
-    case Reason::TooFar: return "too_far";
-    case Reason::Rollback: return "rollback";
-    case Reason::Io: return "io";
-    case Reason::kCount: break;
+    case Reason::Stale:
+      return "stale";
+    case Reason::Missing:
+      return "missing";
+    case Reason::Malformed:
+      return "malformed";
+    case Reason::Unauthorised:
+      return "unauthorised";
+    case Reason::TooFar:
+      return "too_far";
+    case Reason::Rollback:
+      return "rollback";
+    case Reason::Io:
+      return "io";
+    case Reason::kCount:
+      break;
   }
   return "?";
 }

@@ -176,8 +176,7 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
         int err = raise(d, token, c, op);
         if (err) {
           return refuse(d, Reason::Io, err, token, c, op,
-                        fmt::format("could not make epoch {} durable: {}", token,
-                                    strerror(err)));
+                        fmt::format("could not make epoch {} durable: {}", token, strerror(err)));
         }
         continue;  // re-judge under the shared lock: a higher epoch may have landed since
       }
@@ -245,12 +244,10 @@ int Fence::apply_floor(Epoch floor, std::string* why) {
 }
 
 bool Fence::is_issuer(const Caller& c) const {
-  if (std::find(cfg_.issuer_uids.begin(), cfg_.issuer_uids.end(), c.uid) !=
-      cfg_.issuer_uids.end())
+  if (std::find(cfg_.issuer_uids.begin(), cfg_.issuer_uids.end(), c.uid) != cfg_.issuer_uids.end())
     return true;
   if (cfg_.issuer_gids.empty()) return false;
-  if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), c.gid) !=
-      cfg_.issuer_gids.end())
+  if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), c.gid) != cfg_.issuer_gids.end())
     return true;
   for (gid_t g : proc::groups_of(c.pid))
     if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), g) != cfg_.issuer_gids.end())

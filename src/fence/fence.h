@@ -37,14 +37,14 @@ struct Caller {
 
 // Names the object of an operation for the audit trail, resolved only when needed.
 struct Target {
-  int fd = -1;               // an fd in the daemon (O_PATH is fine), or -1
+  int fd = -1;                 // an fd in the daemon (O_PATH is fine), or -1
   const char* name = nullptr;  // entry name below fd, or nullptr for fd itself
 };
 
 struct Op {
   const char* name;  // "write", "create", ...
   Target target;
-  Target target2;    // rename destination, link name
+  Target target2;  // rename destination, link name
 };
 
 // Holds the shared lock(s) of the admitted domain(s) until destroyed: the mutation runs

@@ -55,7 +55,8 @@ int resolve_dir(Fs& f, const std::string& rel, struct stat* st) {
   open_how how{};
   how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int fd = static_cast<int>(syscall(SYS_openat2, f.root().fd.load(), rel.c_str() + 1, &how, sizeof how));
+  int fd =
+      static_cast<int>(syscall(SYS_openat2, f.root().fd.load(), rel.c_str() + 1, &how, sizeof how));
   if (fd < 0) return errno;
   int r = fstat(fd, st);
   int err = r == 0 ? 0 : errno;
@@ -70,10 +71,10 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
   std::string tok = cmd.verb == ctl::Verb::Bind || cmd.verb == ctl::Verb::Advance
                         ? token_str(cmd.token)
                         : std::string();
-  const char* op = cmd.verb == ctl::Verb::Bind       ? "bind"
-                   : cmd.verb == ctl::Verb::Unbind   ? "unbind"
-                   : cmd.verb == ctl::Verb::Advance  ? "advance"
-                                                     : "domain_add";
+  const char* op = cmd.verb == ctl::Verb::Bind      ? "bind"
+                   : cmd.verb == ctl::Verb::Unbind  ? "unbind"
+                   : cmd.verb == ctl::Verb::Advance ? "advance"
+                                                    : "domain_add";
   if (!d && cmd.verb != ctl::Verb::DomainAdd) {
     *reply = fmt::format("unknown domain {} (declare it with `fencectl domain add`)", cmd.domain);
     return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, tok, EINVAL, *reply);
@@ -110,15 +111,13 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
     case ctl::Verb::DomainAdd: {
       fence::TokenText none;
       if ((err = f.fence().authorize(c, *f.fence().domains().root(), none, true, &why)))
-        return *reply = why, refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr,
-                                        cmd.domain, "", err, why);
+        return *reply = why,
+               refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr, cmd.domain, "", err, why);
       struct stat st;
       if ((err = resolve_dir(f, cmd.domain, &st))) {
-        *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain,
-                             strerror(err));
+        *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain, strerror(err));
         err = err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
-        return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, "", err,
-                          *reply);
+        return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, "", err, *reply);
       }
       err = f.fence().add_domain(cmd.domain, st.st_dev, st.st_ino, reply);
       if (err)
@@ -226,8 +225,7 @@ void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size) {
   ctl::ParseResult p = ctl::parse_command(std::string_view(buf, size));
   if (!p.ok) {
     set_content(h, "error: " + p.error + "\n");
-    refuse_ctl(f, f.caller(req), "ctl", fence::Reason::Malformed, nullptr, "", "", EINVAL,
-               p.error);
+    refuse_ctl(f, f.caller(req), "ctl", fence::Reason::Malformed, nullptr, "", "", EINVAL, p.error);
     return (void)fuse_reply_err(req, EINVAL);
   }
   std::string reply;
@@ -252,8 +250,10 @@ void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus) {
   for (off_t k = off; k < static_cast<off_t>(std::size(ents)); k++) {
     struct stat st;
     memset(&st, 0, sizeof st);
-    if (ents[k].i->kind != Kind::Real) f.fill_virtual(f.ino_of(ents[k].i), &st);
-    else st.st_mode = S_IFDIR, st.st_ino = 1;
+    if (ents[k].i->kind != Kind::Real)
+      f.fill_virtual(f.ino_of(ents[k].i), &st);
+    else
+      st.st_mode = S_IFDIR, st.st_ino = 1;
     size_t n;
     if (plus) {
       fuse_entry_param e;
@@ -293,12 +293,14 @@ int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_siz
   std::string text;
   auto tt = ioctl_token(in, in_size, &text);
   Domain& d = *h.domain;
-  if (!tt) return refuse_ctl(f, c, "ioctl", fence::Reason::Malformed, &d, d.path, text, EINVAL,
-                             "malformed token in FENCEFS_IOC_SET_TOKEN");
+  if (!tt)
+    return refuse_ctl(f, c, "ioctl", fence::Reason::Malformed, &d, d.path, text, EINVAL,
+                      "malformed token in FENCEFS_IOC_SET_TOKEN");
   std::string why;
   int err = f.fence().authorize(c, d, *tt, false, &why);
-  if (err) return refuse_ctl(f, c, "ioctl", fence::Reason::Unauthorised, &d, d.path,
-                             token_str(*tt), err, why);
+  if (err)
+    return refuse_ctl(f, c, "ioctl", fence::Reason::Unauthorised, &d, d.path, token_str(*tt), err,
+                      why);
   if (h.stale.load())
     return refuse_ctl(f, c, "ioctl", fence::Reason::Stale, &d, d.path, token_str(*tt), ESTALE,
                       "this handle was refused as stale; open the file again");
@@ -315,12 +317,14 @@ int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size)
   fence::Caller c = f.caller(req);
   std::string text;
   auto tt = ioctl_token(in, in_size, &text);
-  if (!tt) return refuse_ctl(f, c, "advance", fence::Reason::Malformed, &d, d.path, text, EINVAL,
-                             "malformed token in FENCEFS_IOC_ADVANCE");
+  if (!tt)
+    return refuse_ctl(f, c, "advance", fence::Reason::Malformed, &d, d.path, text, EINVAL,
+                      "malformed token in FENCEFS_IOC_ADVANCE");
   std::string why;
   int err = f.fence().authorize(c, d, *tt, false, &why);
-  if (err) return refuse_ctl(f, c, "advance", fence::Reason::Unauthorised, &d, d.path,
-                             token_str(*tt), err, why);
+  if (err)
+    return refuse_ctl(f, c, "advance", fence::Reason::Unauthorised, &d, d.path, token_str(*tt), err,
+                      why);
   return f.fence().advance(d, tt->epoch, false, c, &why);
 }
 
@@ -387,9 +391,9 @@ std::string Fs::render_metrics() {
     out += fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"accepted\"}} {}\n",
                        label(d->path), d->accepted.load());
     for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
-      out += fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"{}\"}} {}\n",
-                         label(d->path), fence::reason_name(fence::Reason(r)),
-                         d->refused[r].load());
+      out +=
+          fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"{}\"}} {}\n",
+                      label(d->path), fence::reason_name(fence::Reason(r)), d->refused[r].load());
   }
   out += "# HELP fencefs_advances_total Epoch advances by domain.\n";
   out += "# TYPE fencefs_advances_total counter\n";
@@ -397,13 +401,17 @@ std::string Fs::render_metrics() {
     out += fmt::format("fencefs_advances_total{{domain=\"{}\"}} {}\n", label(d->path),
                        d->advances.load());
   journal::Stats js = fence_.store().stats();
-  out += "# HELP fencefs_journal_bytes Size of the epoch journal.\n# TYPE fencefs_journal_bytes gauge\n";
+  out +=
+      "# HELP fencefs_journal_bytes Size of the epoch journal.\n# TYPE fencefs_journal_bytes "
+      "gauge\n";
   out += fmt::format("fencefs_journal_bytes {}\n", js.journal_bytes);
-  out += "# HELP fencefs_journal_syncs_total fdatasync calls on the journal.\n"
-         "# TYPE fencefs_journal_syncs_total counter\n";
+  out +=
+      "# HELP fencefs_journal_syncs_total fdatasync calls on the journal.\n"
+      "# TYPE fencefs_journal_syncs_total counter\n";
   out += fmt::format("fencefs_journal_syncs_total {}\n", js.syncs);
-  out += "# HELP fencefs_journal_fsync_seconds Latency of the journal's fdatasync per batch.\n"
-         "# TYPE fencefs_journal_fsync_seconds histogram\n";
+  out +=
+      "# HELP fencefs_journal_fsync_seconds Latency of the journal's fdatasync per batch.\n"
+      "# TYPE fencefs_journal_fsync_seconds histogram\n";
   uint64_t cum = 0;
   for (size_t b = 0; b < journal::Stats::kNumSyncBuckets; b++) {
     cum += js.sync_le[b];
@@ -413,15 +421,18 @@ std::string Fs::render_metrics() {
   out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"+Inf\"}} {}\n", js.syncs);
   out += fmt::format("fencefs_journal_fsync_seconds_sum {}\n", js.sync_seconds_sum);
   out += fmt::format("fencefs_journal_fsync_seconds_count {}\n", js.syncs);
-  out += "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
-         "# TYPE fencefs_journal_poisoned gauge\n";
+  out +=
+      "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
+      "# TYPE fencefs_journal_poisoned gauge\n";
   out += fmt::format("fencefs_journal_poisoned {}\n", fence_.store().poisoned() ? 1 : 0);
   if (auto* a = fence_.audit_log()) {
-    out += "# HELP fencefs_audit_bytes Size of the current audit log file.\n"
-           "# TYPE fencefs_audit_bytes gauge\n";
+    out +=
+        "# HELP fencefs_audit_bytes Size of the current audit log file.\n"
+        "# TYPE fencefs_audit_bytes gauge\n";
     out += fmt::format("fencefs_audit_bytes {}\n", a->bytes());
-    out += "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
-           "# TYPE fencefs_audit_write_failures_total counter\n";
+    out +=
+        "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
+        "# TYPE fencefs_audit_write_failures_total counter\n";
     out += fmt::format("fencefs_audit_write_failures_total {}\n", a->failures());
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";

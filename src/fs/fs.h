@@ -7,10 +7,10 @@
 
 #include <atomic>
 #include <map>
-#include <unordered_map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "fence/bindings.h"
@@ -36,9 +36,9 @@ struct Inode {
   // O_PATH fd. The process may hold only so many fds (the hard limit here is 20,000), so the fd of
   // an idle inode may be closed and reopened from `id` later; handlers see it only while pinned.
   std::atomic<int> fd{-1};
-  std::atomic<uint32_t> users{0};          // pins in flight
-  std::atomic<uint32_t> open_handles{0};   // open files: never reclaimed (may be unlinked)
-  std::atomic<uint32_t> last_use{0};       // coarse seconds, for choosing idle victims
+  std::atomic<uint32_t> users{0};         // pins in flight
+  std::atomic<uint32_t> open_handles{0};  // open files: never reclaimed (may be unlinked)
+  std::atomic<uint32_t> last_use{0};      // coarse seconds, for choosing idle victims
   FileId id;
   dev_t dev = 0;
   ino_t ino = 0;
@@ -60,8 +60,8 @@ struct Handle {
   Domain* domain = nullptr;
   std::atomic<Epoch> token{0};  // captured at open; rebindable by ioctl
   bool writable = false;
-  std::atomic<bool> stale{false};  // once refused as stale, refused for good
-  std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
+  std::atomic<bool> stale{false};          // once refused as stale, refused for good
+  std::atomic<bool> dirty{false};          // mutated: restamp size/mtime at release
   std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;

@@ -2,16 +2,15 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <sys/fsuid.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include <sys/resource.h>
-
 #include <charconv>
 #include <chrono>
-#include <vector>
 #include <cstring>
+#include <vector>
 
 #include "common/log.h"
 #include "fs/fs.h"
@@ -30,7 +29,6 @@ Epoch parse_stamp_epoch(std::string_view v) {
   std::from_chars(v.data(), v.data() + v.size(), e);
   return e;
 }
-
 
 std::mutex g_inode_mutexes[256];
 
@@ -100,11 +98,15 @@ int Fs::pin(Inode& i) {
 }
 
 Pinned::Pinned(Fs& f, Inode* a, Inode* b) : f_(f) {
-  if (a && (err_ = f.pin(*a)) == 0) a_ = a;
-  else if (a) f.unpin(*a);
+  if (a && (err_ = f.pin(*a)) == 0)
+    a_ = a;
+  else if (a)
+    f.unpin(*a);
   if (!err_ && b && b != a) {
-    if ((err_ = f.pin(*b)) == 0) b_ = b;
-    else f.unpin(*b);
+    if ((err_ = f.pin(*b)) == 0)
+      b_ = b;
+    else
+      f.unpin(*b);
   }
 }
 

@@ -1,8 +1,8 @@
 // fencefs BACKING MOUNTPOINT: mount a fenced view of BACKING.
 #include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
-#include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -76,23 +76,22 @@ struct Args {
 
 enum { KEY_HELP, KEY_VERSION };
 
-const fuse_opt kSpecs[] = {
-    {"state=%s", offsetof(Args, state), 0},
-    {"max_jump=%s", offsetof(Args, max_jump), 0},
-    {"issuers=%s", offsetof(Args, issuers), 0},
-    {"token_key=%s", offsetof(Args, token_key), 0},
-    {"floor=%s", offsetof(Args, floor), 0},
-    {"timeout=%s", offsetof(Args, timeout), 0},
-    {"audit_max_bytes=%s", offsetof(Args, audit_max_bytes), 0},
-    {"audit_keep=%s", offsetof(Args, audit_keep), 0},
-    {"--init", offsetof(Args, init), 1},
-    {"init", offsetof(Args, init), 1},
-    {"--verbose", offsetof(Args, verbose), 1},
-    FUSE_OPT_KEY("-h", KEY_HELP),
-    FUSE_OPT_KEY("--help", KEY_HELP),
-    FUSE_OPT_KEY("-V", KEY_VERSION),
-    FUSE_OPT_KEY("--version", KEY_VERSION),
-    FUSE_OPT_END};
+const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
+                           {"max_jump=%s", offsetof(Args, max_jump), 0},
+                           {"issuers=%s", offsetof(Args, issuers), 0},
+                           {"token_key=%s", offsetof(Args, token_key), 0},
+                           {"floor=%s", offsetof(Args, floor), 0},
+                           {"timeout=%s", offsetof(Args, timeout), 0},
+                           {"audit_max_bytes=%s", offsetof(Args, audit_max_bytes), 0},
+                           {"audit_keep=%s", offsetof(Args, audit_keep), 0},
+                           {"--init", offsetof(Args, init), 1},
+                           {"init", offsetof(Args, init), 1},
+                           {"--verbose", offsetof(Args, verbose), 1},
+                           FUSE_OPT_KEY("-h", KEY_HELP),
+                           FUSE_OPT_KEY("--help", KEY_HELP),
+                           FUSE_OPT_KEY("-V", KEY_VERSION),
+                           FUSE_OPT_KEY("--version", KEY_VERSION),
+                           FUSE_OPT_END};
 
 int opt_proc(void* data, const char* arg, int key, fuse_args* outargs) {
   auto* a = static_cast<Args*>(data);
@@ -206,8 +205,8 @@ std::string read_key(const std::string& file) {
   struct stat st;
   fstat(fd, &st);
   if (st.st_mode & 077)
-    die(fmt::format("token_key {} is accessible by group or others (mode {:o}); chmod 600 it",
-                    file, st.st_mode & 0777));
+    die(fmt::format("token_key {} is accessible by group or others (mode {:o}); chmod 600 it", file,
+                    st.st_mode & 0777));
   std::string key;
   char buf[4096];
   ssize_t n;
@@ -254,7 +253,8 @@ int main(int argc, char* argv[]) {
   if (!realpath(copts.mountpoint, real))
     die(fmt::format("mountpoint {}: {}", copts.mountpoint, strerror(errno)));
   std::string mnt = real;
-  if (in_proc_mounts(mnt)) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
+  if (in_proc_mounts(mnt))
+    die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
   if (under(mnt, backing) || under(backing, mnt))
     die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));
 
@@ -266,7 +266,8 @@ int main(int argc, char* argv[]) {
     }
     state = real;
     if (under(state, backing) && state != backing + "/.fencefs")
-      die(fmt::format("state directory {} is inside BACKING and would be reachable through the "
+      die(
+          fmt::format("state directory {} is inside BACKING and would be reachable through the "
                       "mount; use BACKING/.fencefs or a directory outside BACKING",
                       state));
     if (under(state, mnt)) die(fmt::format("state directory {} is under the mountpoint", state));
@@ -286,10 +287,11 @@ int main(int argc, char* argv[]) {
       stamped++;
     }
     if (stamped > 0 && !a.init)
-      die(fmt::format("no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
-                      "the state was lost, moved or not restored. Restore it, point state= at "
-                      "it, or pass --init to start anew with every domain at epoch {}",
-                      state, stamped, backing, highest, highest));
+      die(fmt::format(
+          "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
+          "the state was lost, moved or not restored. Restore it, point state= at "
+          "it, or pass --init to start anew with every domain at epoch {}",
+          state, stamped, backing, highest, highest));
     init_floor = highest;
   }
 
@@ -378,9 +380,10 @@ int main(int argc, char* argv[]) {
     if (pfd >= 0) {
       if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
         fopts.stamps = false;
-        log::warn("BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
-                  "stamps, so a rolled-back state cannot be detected from them",
-                  strerror(errno));
+        log::warn(
+            "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
+            "stamps, so a rolled-back state cannot be detected from them",
+            strerror(errno));
       }
       close(pfd);
       unlink(probe.c_str());
@@ -392,8 +395,8 @@ int main(int argc, char* argv[]) {
   std::string mopts = "allow_other,default_permissions,fsname=" + backing + ",subtype=fencefs";
   fuse_opt_add_arg(&args, "-o");
   fuse_opt_add_arg(&args, mopts.c_str());
-  fuse_session* se = fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops),
-                                      &filesystem);
+  fuse_session* se =
+      fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
   if (!se) die("cannot create the FUSE session (bad option?)");
   if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
   if (fuse_session_mount(se, mnt.c_str()) != 0)

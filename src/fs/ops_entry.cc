@@ -169,8 +169,8 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   if (&di != &dn) return (void)fuse_reply_err(req, EXDEV);
   fence::Admission a;
   fence::Op op{"link", {i.fd, nullptr}, {np.fd, newname}};
-  int err = f.fence().admit2(di, f.token_for(req, di), dn, f.token_for(req, dn), f.caller(req),
-                             op, &a);
+  int err =
+      f.fence().admit2(di, f.token_for(req, di), dn, f.token_for(req, dn), f.caller(req), op, &a);
   if (err) return (void)fuse_reply_err(req, err);
   if (linkat(i.fd, "", np.fd, newname, AT_EMPTY_PATH) != 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;
@@ -186,8 +186,8 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
   std::string rel = f.fence().describe({parent.fd, name});
   for (Domain* d : f.fence().domains().all()) {
     if (d->id == 0) continue;
-    if (d->path == rel || (d->path.size() > rel.size() && d->path.compare(0, rel.size(), rel) == 0 &&
-                           d->path[rel.size()] == '/'))
+    if (d->path == rel || (d->path.size() > rel.size() &&
+                           d->path.compare(0, rel.size(), rel) == 0 && d->path[rel.size()] == '/'))
       return true;
   }
   return false;
@@ -219,8 +219,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EINVAL);
   Inode& p = *f.inode(parent);
   Inode& np = *f.inode(newparent);
-  if (is_virtual(p) || is_virtual(np) || f.is_state_name(p, name) ||
-      f.is_state_name(np, newname))
+  if (is_virtual(p) || is_virtual(np) || f.is_state_name(p, name) || f.is_state_name(np, newname))
     return (void)fuse_reply_err(req, EPERM);
   if (holds_domain_root(f, p, name) || holds_domain_root(f, np, newname))
     return (void)fuse_reply_err(req, EBUSY);

@@ -6,8 +6,8 @@
 
 #include <cstring>
 
-#include "fs/ops.h"
 #include "fencefs/ioctl.h"
+#include "fs/ops.h"
 
 namespace fencefs::fs {
 
@@ -29,9 +29,7 @@ int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission
   return err;
 }
 
-static bool wants_write(int flags) {
-  return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC);
-}
+static bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writable) {
   i.open_handles++;  // an open file's inode keeps its fd: it may be unlinked, beyond reopening

@@ -76,8 +76,8 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
 void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   Fs& f = fs(req);
   Inode& i = *f.inode(ino);
-  if (is_virtual(i)) return size ? (void)fuse_reply_buf(req, nullptr, 0)
-                                 : (void)fuse_reply_xattr(req, 0);
+  if (is_virtual(i))
+    return size ? (void)fuse_reply_buf(req, nullptr, 0) : (void)fuse_reply_xattr(req, 0);
   std::string path = f.proc_path(i.fd);
   ssize_t n = listxattr(path.c_str(), nullptr, 0);
   if (n < 0) return (void)fuse_reply_err(req, errno);

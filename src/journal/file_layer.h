@@ -22,7 +22,8 @@ class FileLayer {
   virtual ~FileLayer() = default;
   // Whole file into *out. ENOENT when missing.
   virtual int read_file(const std::string& path, std::string* out) = 0;
-  // Opens for appending; truncate=true creates or empties it. *err set on failure (nullptr returned).
+  // Opens for appending; truncate=true creates or empties it. *err set on failure (nullptr
+  // returned).
   virtual std::unique_ptr<File> open_append(const std::string& path, bool truncate, int* err) = 0;
   virtual int rename(const std::string& from, const std::string& to) = 0;
   virtual int sync_dir(const std::string& dir) = 0;

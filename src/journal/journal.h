@@ -2,8 +2,8 @@
 // Format: docs/journal-format.md. Recovery = snapshot + journal replay.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <iterator>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,12 +19,12 @@ struct DomainRecord {
 };
 
 struct RecoveryReport {
-  bool created = false;            // the state was initialised by this open
-  bool torn_tail_cut = false;      // a partial or zeroed last record was cut
-  uint64_t torn_tail_offset = 0;   // byte offset where the valid prefix of `journal` ends
+  bool created = false;           // the state was initialised by this open
+  bool torn_tail_cut = false;     // a partial or zeroed last record was cut
+  uint64_t torn_tail_offset = 0;  // byte offset where the valid prefix of `journal` ends
   uint64_t records_replayed = 0;
-  std::string incarnation;         // hex id of this state's lineage
-  uint64_t generation = 0;         // bumped by every compaction
+  std::string incarnation;            // hex id of this state's lineage
+  uint64_t generation = 0;            // bumped by every compaction
   std::vector<std::string> messages;  // human-readable, for logs and the audit trail
 };
 
@@ -36,8 +36,8 @@ struct Options {
 struct Stats {
   uint64_t journal_bytes = 0;
   uint64_t snapshot_bytes = 0;
-  uint64_t syncs = 0;          // fdatasync calls on the journal
-  uint64_t records = 0;        // records appended since open
+  uint64_t syncs = 0;    // fdatasync calls on the journal
+  uint64_t records = 0;  // records appended since open
   uint64_t compactions = 0;
   uint64_t sync_failures = 0;
   // fdatasync latency of journal batches: counts per upper bound (seconds) in kSyncBuckets, and
@@ -86,9 +86,9 @@ int recover_offline(const std::string& dir, uint64_t floor, FileLayer& fs, std::
 
 // Offline check (`fencectl verify`): framing, CRCs, chaining, monotonic epochs. Never writes.
 struct CheckResult {
-  bool readable = false;                // false: could not check at all
-  std::vector<std::string> findings;    // empty when clean
-  std::vector<DomainRecord> domains;    // state as recovered from the valid prefix
+  bool readable = false;              // false: could not check at all
+  std::vector<std::string> findings;  // empty when clean
+  std::vector<DomainRecord> domains;  // state as recovered from the valid prefix
 };
 CheckResult check(const std::string& dir, FileLayer& fs);
 

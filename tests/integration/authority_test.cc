@@ -62,8 +62,8 @@ void setup(const Mount& m) {
 TEST(Authority, UnprivilegedCallerCannotBindOrAdvance) {
   Mount m;
   setup(m);
-  for (const char* line : {"bind / 3", "bind / 4", "bind / 9223372036854775807",
-                           "advance / 4", "advance / 9223372036854775807 force"}) {
+  for (const char* line : {"bind / 3", "bind / 4", "bind / 9223372036854775807", "advance / 4",
+                           "advance / 9223372036854775807 force"}) {
     EXPECT_EQ(EACCES, in_child([&] { return become_nobody() ? 99 : m.ctl(line); })) << line;
     EXPECT_EQ("3", epoch(m)) << line;
   }
@@ -80,17 +80,23 @@ TEST(Authority, PrivilegeDropKeepsTheBindingButNotThePower) {
   setup(m);
   std::string c = FENCECTL_BIN;
   // The job writes as nobody with token 3 ...
-  EXPECT_EQ(0, sh(c + " run --mount '" + m.mnt() + "' --domain / --token 3 --user nobody -- sh -c '"
-                  "id -u > " + m.path("shared/who") + "'"));
+  EXPECT_EQ(0, sh(c + " run --mount '" + m.mnt() +
+                  "' --domain / --token 3 --user nobody -- sh -c '"
+                  "id -u > " +
+                  m.path("shared/who") + "'"));
   struct stat st;
   ASSERT_EQ(0, stat(m.bpath("shared/who").c_str(), &st));
   EXPECT_EQ(kNobody, st.st_uid);
   // ... and cannot raise, re-bind or advance.
-  std::string tries = "for l in 'bind / 4' 'bind / 3' 'advance / 4'; do "
-                      "if echo \"$l\" > " + m.ctl_path() + " 2>/dev/null; then exit 1; fi; done; "
-                      "touch " + m.path("shared/still-works");
-  EXPECT_EQ(0, sh(c + " run --mount '" + m.mnt() + "' --domain / --token 3 --user nobody -- sh -c \"" +
-                  tries + "\""));
+  std::string tries =
+      "for l in 'bind / 4' 'bind / 3' 'advance / 4'; do "
+      "if echo \"$l\" > " +
+      m.ctl_path() +
+      " 2>/dev/null; then exit 1; fi; done; "
+      "touch " +
+      m.path("shared/still-works");
+  EXPECT_EQ(0, sh(c + " run --mount '" + m.mnt() +
+                  "' --domain / --token 3 --user nobody -- sh -c \"" + tries + "\""));
   EXPECT_EQ(0, stat(m.bpath("shared/still-works").c_str(), &st));
   EXPECT_EQ("3", epoch(m));
   // A bind that fails leaves the job unstarted, with status 125.
@@ -117,17 +123,16 @@ TEST(Authority, SignedTokens) {
   tampered.back() = tampered.back() == '0' ? '1' : '0';
   std::string other_domain = sign(key, "/other", 6);
   std::string other_epoch = "6" + good.substr(1);  // epoch 6 with epoch 5's signature
-  for (const std::string& t : {tampered, good.substr(0, good.size() - 2), other_domain,
-                               other_epoch}) {
+  for (const std::string& t :
+       {tampered, good.substr(0, good.size() - 2), other_domain, other_epoch}) {
     int r = in_child([&] { return become_nobody() ? 99 : m.ctl("bind / " + t); });
     EXPECT_TRUE(r == EACCES || r == EINVAL) << t << " -> " << r;
     EXPECT_EQ("5", epoch(m));
   }
   // Signed tokens are not issuers: no forced advance.
   std::string s7 = sign(key, "/", 7);
-  EXPECT_EQ(EACCES, in_child([&] {
-              return become_nobody() ? 99 : m.ctl("advance / " + s7 + " force");
-            }));
+  EXPECT_EQ(EACCES,
+            in_child([&] { return become_nobody() ? 99 : m.ctl("advance / " + s7 + " force"); }));
   EXPECT_EQ(0, in_child([&] { return become_nobody() ? 99 : m.ctl("advance / " + s7); }));
   EXPECT_EQ("7", epoch(m));
 }
@@ -137,9 +142,9 @@ TEST(Authority, KeyReadableByOthersRefusesToMount) {
   std::string key = k.path, dir = k.dir;
   sh("mkdir -p " + dir + "/b " + dir + "/m");
   int st;
-  std::string out = sh_out(std::string(FENCEFS_BIN) + " -f -o token_key=" + key + " " + dir +
-                               "/b " + dir + "/m 2>&1",
-                           &st);
+  std::string out = sh_out(
+      std::string(FENCEFS_BIN) + " -f -o token_key=" + key + " " + dir + "/b " + dir + "/m 2>&1",
+      &st);
   EXPECT_EQ(1, st);
   EXPECT_NE(std::string::npos, out.find("chmod 600")) << out;
 }

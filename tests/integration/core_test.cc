@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -165,7 +165,8 @@ std::vector<OpCase> fenced_ops() {
       {"chmod", [=](const Mount& m) { return E(chmod(P(m, "file").c_str(), 0600)); }},
       {"chown", [=](const Mount& m) { return E(chown(P(m, "file").c_str(), 1, 1)); }},
       {"truncate", [=](const Mount& m) { return E(truncate(P(m, "file").c_str(), 1)); }},
-      {"utimes", [=](const Mount& m) { return E(utimensat(AT_FDCWD, P(m, "file").c_str(), nullptr, 0)); }},
+      {"utimes",
+       [=](const Mount& m) { return E(utimensat(AT_FDCWD, P(m, "file").c_str(), nullptr, 0)); }},
       {"setxattr",
        [=](const Mount& m) { return E(setxattr(P(m, "file").c_str(), "user.k", "v", 1, 0)); }},
       {"removexattr",
@@ -242,12 +243,11 @@ TEST(Core, StaleHandleOperationsAreRefused) {
 }
 
 TEST(Core, ReadsAreNeverFenced) {
-  Mount m([] {
-    return std::vector<std::string>{};
-  }(), [](const std::string& b) {
-    std::ofstream(b + "/r") << "readable";
-    std::filesystem::create_directory(b + "/sub");
-  });
+  Mount m([] { return std::vector<std::string>{}; }(),
+          [](const std::string& b) {
+            std::ofstream(b + "/r") << "readable";
+            std::filesystem::create_directory(b + "/sub");
+          });
   EXPECT_EQ(0, as_job(m, 0, [&] {
               if (slurp(m.path("r")) != "readable") return 1;
               struct stat st;
@@ -279,10 +279,10 @@ TEST(Core, EpochsSurviveUnmountAndKill9) {
 
 TEST(Core, MalformedBindLinesAreEinval) {
   Mount m;
-  for (const char* line : {"bind / 0\n", "bind / -1\n", "bind / 01\n", "bind / 1.5\n",
-                           "bind / 9223372036854775808\n", "bind /nodomain 1\n", "bind 1\n",
-                           "bind / 1 2\n", "bind  / 1\n", "frobnicate\n", "\n",
-                           "bind / 1\nbind / 2\n"}) {
+  for (const char* line :
+       {"bind / 0\n", "bind / -1\n", "bind / 01\n", "bind / 1.5\n", "bind / 9223372036854775808\n",
+        "bind /nodomain 1\n", "bind 1\n", "bind / 1 2\n", "bind  / 1\n", "frobnicate\n", "\n",
+        "bind / 1\nbind / 2\n"}) {
     int r = in_child([&] { return m.ctl(line); });
     EXPECT_EQ(EINVAL, r) << "line: " << line;
   }
@@ -296,12 +296,13 @@ TEST(Core, MalformedBindLinesAreEinval) {
 
 TEST(Core, BindingIsInheritedAndSurvivesExec) {
   Mount m;
-  EXPECT_EQ(0, script(m, "set -e\n"
-                         "echo 'bind / 4' > $M/.fencefs/ctl\n"
-                         "sh -c 'mkdir '$M/from-grandchild\n"
-                         "sh -c 'exec touch '$M/after-exec\n"
-                         "echo 'unbind /' > $M/.fencefs/ctl\n"
-                         "if mkdir $M/after-unbind 2>/dev/null; then exit 9; fi\n"));
+  EXPECT_EQ(0, script(m,
+                      "set -e\n"
+                      "echo 'bind / 4' > $M/.fencefs/ctl\n"
+                      "sh -c 'mkdir '$M/from-grandchild\n"
+                      "sh -c 'exec touch '$M/after-exec\n"
+                      "echo 'unbind /' > $M/.fencefs/ctl\n"
+                      "if mkdir $M/after-unbind 2>/dev/null; then exit 9; fi\n"));
   struct stat st;
   EXPECT_EQ(0, stat(m.bpath("from-grandchild").c_str(), &st));
   EXPECT_EQ(0, stat(m.bpath("after-exec").c_str(), &st));
@@ -332,9 +333,10 @@ TEST(Core, DomainsHaveTheirOwnEpochs) {
   EXPECT_EQ(EBUSY, as_job(m, 1, [&] {
               return E(rename(m.path("jobs/a").c_str(), m.path("jobs/b").c_str()));
             }));
-  EXPECT_EQ(EBUSY, as_job(m, 1, [&] {
-              return E(rename(m.path("jobs").c_str(), m.path("jobs2").c_str()));
-            })) << "renaming a directory above a domain root would move the domain";
+  EXPECT_EQ(
+      EBUSY,
+      as_job(m, 1, [&] { return E(rename(m.path("jobs").c_str(), m.path("jobs2").c_str())); }))
+      << "renaming a directory above a domain root would move the domain";
   // Declared domains survive a remount.
   EXPECT_EQ(0, m.unmount());
   ASSERT_TRUE(m.remount());
@@ -346,14 +348,15 @@ TEST(Core, DomainsHaveTheirOwnEpochs) {
 
 TEST(Core, FencectlRunAndAdvanceFromAShellScript) {
   Mount m;
-  EXPECT_EQ(0, script(m, "set -e\n"
-                         "$C run --mount $M --domain / --token 3 -- sh -c 'echo one > $0/log' $M\n"
-                         "$C advance --mount $M / 4\n"
-                         "if $C run --mount $M --domain / --token 3 -- sh -c 'echo two >> $0/log' "
-                         "$M; then echo 'stale job was not refused'; exit 1; fi\n"
-                         "$C run --mount $M --domain / --token 4 -- sh -c 'echo three >> $0/log' $M\n"
-                         "if $C advance --mount $M / 2; then exit 2; fi\n"
-                         "$C status --mount $M | grep -q '^/ '\n"));
+  EXPECT_EQ(0, script(m,
+                      "set -e\n"
+                      "$C run --mount $M --domain / --token 3 -- sh -c 'echo one > $0/log' $M\n"
+                      "$C advance --mount $M / 4\n"
+                      "if $C run --mount $M --domain / --token 3 -- sh -c 'echo two >> $0/log' "
+                      "$M; then echo 'stale job was not refused'; exit 1; fi\n"
+                      "$C run --mount $M --domain / --token 4 -- sh -c 'echo three >> $0/log' $M\n"
+                      "if $C advance --mount $M / 2; then exit 2; fi\n"
+                      "$C status --mount $M | grep -q '^/ '\n"));
   EXPECT_EQ("one\nthree\n", slurp(m.bpath("log")));
 }
 
@@ -480,7 +483,8 @@ TEST(Core, CrossDomainMovesAndLinks) {
             }));
   // A directory tree or a hard link does not: EXDEV, as across devices (mv copies instead).
   EXPECT_EQ(0, as_job(m, 40, [&] { return E(mkdir(m.path("tree").c_str(), 0755)); }));
-  EXPECT_EQ(EXDEV, both([&] { return E(rename(m.path("tree").c_str(), m.path("a/tree").c_str())); }));
+  EXPECT_EQ(EXDEV,
+            both([&] { return E(rename(m.path("tree").c_str(), m.path("a/tree").c_str())); }));
   EXPECT_EQ(EXDEV, both([&] { return E(link(m.path("a/f").c_str(), m.path("g").c_str())); }));
   EXPECT_EQ(0, in_child([&] {
               if (m.ctl("bind / 40") || m.ctl("bind /a 3")) return 99;

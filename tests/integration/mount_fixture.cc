@@ -106,9 +106,7 @@ Mount::~Mount() {
 }
 
 std::string Mount::path(std::string_view rel) const { return mnt_ + "/" + std::string(rel); }
-std::string Mount::bpath(std::string_view rel) const {
-  return backing_ + "/" + std::string(rel);
-}
+std::string Mount::bpath(std::string_view rel) const { return backing_ + "/" + std::string(rel); }
 
 int Mount::ctl(std::string_view line) const {
   int fd = ::open(ctl_path().c_str(), O_WRONLY | O_TRUNC);
@@ -174,7 +172,8 @@ int Mount::try_mount(std::vector<std::string> extra) {
 }
 
 int Mount::unmount() {
-  if (mounted()) sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
+  if (mounted())
+    sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
   int status = -1;
   if (pid_ > 0) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

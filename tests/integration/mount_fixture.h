@@ -29,8 +29,8 @@ class Mount {
   const std::string& backing() const { return backing_; }
   const std::string& mnt() const { return mnt_; }
   std::string ctl_path() const { return mnt_ + "/.fencefs/ctl"; }
-  std::string path(std::string_view rel) const;  // mnt/rel
-  std::string bpath(std::string_view rel) const; // backing/rel
+  std::string path(std::string_view rel) const;   // mnt/rel
+  std::string bpath(std::string_view rel) const;  // backing/rel
   pid_t daemon_pid() const { return pid_; }
 
   // Writes `line` to the control file from THIS process (binding this process).
