@@ -33,6 +33,9 @@ trap cleanup_mounts EXIT
 cleanup_mounts
 
 B=build
+if command -v clang-format >/dev/null && [ -d .git ]; then
+  run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
+fi
 for t in journal_tests fence_tests; do
   [ -x "$B/$t" ] && run "$t" "$B/$t" --gtest_brief=1
 done
