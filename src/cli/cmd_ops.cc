@@ -32,13 +32,14 @@
 #include "common/json.h"
 #include "common/proc.h"
 #include "fence/highwater.h"
+#include "fence/stamp.h"
 #include "journal/file_layer.h"
 #include "journal/journal.h"
 
 namespace fencefs::cli {
 namespace {
 
-constexpr const char* kStampXattr = "trusted.fencefs.stamp";
+using fence::kStampXattr;
 constexpr uint64_t kMaxToken = 9223372036854775807ull;
 
 std::string errname(int err) {
@@ -179,54 +180,7 @@ std::vector<std::string> state_holders(const std::string& dir, bool* incomplete)
 
 // --- stamps and the tree walk -----------------------------------------------------------------
 
-struct Stamp {
-  uint64_t epoch = 0;
-  bool has_size = false;
-  uint64_t size = 0;
-  bool has_mtime = false;
-  int64_t mtime_sec = 0;
-  int64_t mtime_nsec = 0;
-};
-
-// "v1 epoch=N size=S mtime=SEC.NSEC"; nullopt when malformed.
-std::optional<Stamp> parse_stamp(std::string_view v) {
-  Stamp s;
-  bool has_epoch = false;
-  size_t i = 0;
-  bool first = true;
-  while (i < v.size()) {
-    size_t sp = v.find(' ', i);
-    std::string_view tok = v.substr(i, sp == std::string_view::npos ? v.npos : sp - i);
-    i = sp == std::string_view::npos ? v.size() : sp + 1;
-    if (tok.empty()) continue;
-    if (first) {
-      first = false;
-      if (tok != "v1") return std::nullopt;
-      continue;
-    }
-    size_t eq = tok.find('=');
-    if (eq == std::string_view::npos) return std::nullopt;
-    std::string_view key = tok.substr(0, eq), val = tok.substr(eq + 1);
-    if (key == "epoch") {
-      if (!parse_u64(val, &s.epoch)) return std::nullopt;
-      has_epoch = true;
-    } else if (key == "size") {
-      if (!parse_u64(val, &s.size)) return std::nullopt;
-      s.has_size = true;
-    } else if (key == "mtime") {
-      size_t dot = val.find('.');
-      uint64_t sec = 0, nsec = 0;
-      if (dot == std::string_view::npos || !parse_u64(val.substr(0, dot), &sec) ||
-          !parse_u64(val.substr(dot + 1), &nsec) || nsec >= 1000000000 || sec > INT64_MAX)
-        return std::nullopt;
-      s.mtime_sec = static_cast<int64_t>(sec);
-      s.mtime_nsec = static_cast<int64_t>(nsec);
-      s.has_mtime = true;
-    }  // unknown keys: a later version may add some
-  }
-  if (first || !has_epoch) return std::nullopt;
-  return s;
-}
+using fence::Stamp;
 
 struct Entry {
   const std::string& rel;  // "/a/b" relative to BACKING
@@ -380,7 +334,7 @@ uint64_t highest_stamp(const std::string& backing) {
         char buf[256];
         ssize_t n = xattr_at(e.dir_fd, e.name, kStampXattr, buf, sizeof buf);
         if (n <= 0) return;
-        if (auto s = parse_stamp(std::string_view(buf, static_cast<size_t>(n))))
+        if (auto s = fence::decode_stamp(std::string_view(buf, static_cast<size_t>(n))))
           best = std::max(best, s->epoch);
       },
       [](const std::string&, int) {});
@@ -507,7 +461,7 @@ int cmd_verify(const Args& args) {
             return;
           }
           std::string_view v(buf, static_cast<size_t>(n));
-          auto s = parse_stamp(v);
+          auto s = fence::decode_stamp(v);
           if (!s) {
             findings.push_back({"malformed stamp", e.rel, "",
                                 fmt::format("{}: malformed stamp '{}'", e.rel, v),

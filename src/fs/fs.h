@@ -85,6 +85,8 @@ class Fs {
   fence::Bindings& bindings() { return bindings_; }
 
   Inode& root() { return root_; }
+  // Closes fds of inodes not in use, down to below the soft limit.
+  void reclaim_fds();
   // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
   int pin(Inode& i);
   void unpin(Inode& i) { i.users.fetch_sub(1); }
@@ -126,7 +128,6 @@ class Fs {
   fence::Fence& fence_;
   fence::Bindings& bindings_;
   Inode root_;
-  void reclaim_fds();
   bool take_file_id(Inode& i, int fd);
   std::mutex table_mu_;
   struct KeyHash {

@@ -7,28 +7,20 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
 #include "common/log.h"
+#include "fence/stamp.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
 namespace {
 
-constexpr const char* kStampXattr = "trusted.fencefs.stamp";
-
-// "v1 epoch=N size=S mtime=SEC.NSEC"
-Epoch parse_stamp_epoch(std::string_view v) {
-  size_t p = v.find("epoch=");
-  if (p == std::string_view::npos) return 0;
-  v.remove_prefix(p + 6);
-  Epoch e = 0;
-  std::from_chars(v.data(), v.data() + v.size(), e);
-  return e;
-}
+using fence::kStampXattr;
 
 std::mutex g_inode_mutexes[256];
 
@@ -142,12 +134,18 @@ void Fs::reclaim_fds() {
   std::vector<Inode*> victims;
   {
     std::lock_guard lk(table_mu_);
-    for (auto& [k, node] : table_) {
-      Inode* i = &node;
+    // Idle for a second first; then, if that was not enough, anything not in use.
+    for (uint32_t min_idle : {1u, 0u}) {
+      for (auto& [k, node] : table_) {
+        Inode* i = &node;
+        if (open_fds_.load() - victims.size() <= target) break;
+        if (i->open_handles.load() || i->users.load() || i->fd.load() < 0) continue;
+        if (now - i->last_use.load(std::memory_order_relaxed) < min_idle) continue;
+        if (min_idle == 0 && std::find(victims.begin(), victims.end(), i) != victims.end())
+          continue;
+        victims.push_back(i);
+      }
       if (open_fds_.load() - victims.size() <= target) break;
-      if (i->open_handles.load() || i->users.load() || i->fd.load() < 0) continue;
-      if (now - i->last_use.load(std::memory_order_relaxed) < 1) continue;
-      victims.push_back(i);
     }
     for (Inode* i : victims) {
       std::lock_guard ilk(inode_mutex(*i));
@@ -191,6 +189,10 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   e->attr_timeout = opts_.timeout;
   e->entry_timeout = opts_.timeout;
   int fd = openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EMFILE) {  // below the soft limit's estimate: give idle fds back
+    reclaim_fds();
+    fd = openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  }
   if (fd < 0) return errno;
   struct stat st;
   if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
@@ -278,7 +280,10 @@ Epoch Fs::stamp_of(Inode& i, int fd) {
     char buf[128];
     ssize_t n = fd >= 0 ? fgetxattr(fd, kStampXattr, buf, sizeof buf)
                         : getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
-    if (n > 0) e = parse_stamp_epoch(std::string_view(buf, static_cast<size_t>(n)));
+    if (n > 0) {
+      auto st = fence::decode_stamp(std::string_view(buf, static_cast<size_t>(n)));
+      e = st ? st->epoch : 0;
+    }
   }
   Epoch expected = kStampUnknown;
   i.stamp.compare_exchange_strong(expected, e);
@@ -295,8 +300,8 @@ void Fs::stamp(Inode& i, int fd, Epoch e) {
   struct stat st;
   int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
   if (r != 0) return;
-  std::string v = fmt::format("v1 epoch={} size={} mtime={}.{:09d}", e, st.st_size,
-                              st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
+                                      st.st_mtim.tv_nsec);
   r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
               : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
   if (r != 0) {
@@ -324,8 +329,8 @@ void Fs::moved_across_domains(Inode& newparent, const char* name, Domain& d, Epo
       unpin(*i);
     } else if (opts_.stamps && S_ISREG(st.st_mode)) {
       lk.unlock();
-      std::string v = fmt::format("v1 epoch={} size={} mtime={}.{:09d}", token, st.st_size,
-                                  st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+      std::string v = fence::encode_stamp(token, static_cast<uint64_t>(st.st_size),
+                                          st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
       setxattr(proc_path(fd).c_str(), kStampXattr, v.data(), v.size(), 0);
     }
   }

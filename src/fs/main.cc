@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "fence/bindings.h"
 #include "fence/fence.h"
+#include "fence/stamp.h"
 #include "fs/fs.h"
 
 using namespace fencefs;
@@ -156,14 +157,12 @@ uint64_t max_stamp(int dir_fd, int depth, uint64_t* files) {
       char buf[128];
       int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
       if (fd < 0) continue;
-      ssize_t n = fgetxattr(fd, "trusted.fencefs.stamp", buf, sizeof buf);
+      ssize_t n = fgetxattr(fd, fence::kStampXattr, buf, sizeof buf);
       ::close(fd);
       if (n <= 0) continue;
-      std::string_view v(buf, static_cast<size_t>(n));
-      size_t p = v.find("epoch=");
-      if (p == v.npos) continue;
-      uint64_t ep = 0;
-      std::from_chars(v.data() + p + 6, v.data() + v.size(), ep);
+      auto stamp = fence::decode_stamp(std::string_view(buf, static_cast<size_t>(n)));
+      if (!stamp) continue;
+      uint64_t ep = stamp->epoch;
       best = std::max(best, ep);
       ++*files;
     }
@@ -302,7 +301,12 @@ int main(int argc, char* argv[]) {
   if (!store)
     die(fmt::format("cannot open state: {}\n(see `fencectl recover --help` for the way out)",
                     error));
-  for (auto& m : store->report().messages) log::warn("state: {}", m);
+  for (auto& m : store->report().messages) {
+    if (store->report().created)
+      log::info("state: {}", m);
+    else
+      log::warn("state: {}", m);
+  }
 
   fence::DomainTable domains;
   for (auto& d : store->domains()) {

@@ -63,9 +63,14 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     token = a.token();
   }
   // No O_APPEND below: the kernel puts appends at its i_size and sends the offset, and fcntl()
-  // may drop O_APPEND later without telling us.
-  int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND);
+  // may drop O_APPEND later without telling us. No O_DIRECT: the request's buffer is not aligned
+  // for it, and the kernel already bypasses its cache for such a handle.
+  int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND | O_DIRECT);
   int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+  if (fd < 0 && errno == EMFILE) {
+    f.reclaim_fds();
+    fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+  }
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   Handle* h = new_handle(fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
@@ -93,7 +98,12 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   int fd;
   {
     AsCaller as(req, mode);
-    fd = openat(p.fd, name, (fi->flags | O_CREAT) & ~(O_NOFOLLOW | O_APPEND), mode);
+    int flags = (fi->flags | O_CREAT) & ~(O_NOFOLLOW | O_APPEND | O_DIRECT);
+    fd = openat(p.fd, name, flags, mode);
+    if (fd < 0 && errno == EMFILE) {
+      f.reclaim_fds();
+      fd = openat(p.fd, name, flags, mode);
+    }
   }
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;

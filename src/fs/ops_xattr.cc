@@ -10,8 +10,12 @@
 namespace fencefs::fs {
 namespace {
 
+bool is_trusted_fencefs(const char* name) {
+  return strncmp(name, "trusted.fencefs", 15) == 0 && (name[15] == 0 || name[15] == '.');
+}
+
 bool reserved(const char* name) {
-  return strncmp(name, "user.fencefs.", 13) == 0 || strncmp(name, "trusted.fencefs.", 16) == 0;
+  return strncmp(name, "user.fencefs.", 13) == 0 || is_trusted_fencefs(name);
 }
 
 void reply_value(fuse_req_t req, const std::string& v, size_t size) {
@@ -64,8 +68,7 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
     }
     return (void)fuse_reply_err(req, ENODATA);
   }
-  if (is_virtual(i) || strncmp(name, "trusted.fencefs.", 16) == 0)
-    return (void)fuse_reply_err(req, ENODATA);
+  if (is_virtual(i) || is_trusted_fencefs(name)) return (void)fuse_reply_err(req, ENODATA);
   std::string v(size, '\0');
   ssize_t n = getxattr(f.proc_path(i.fd).c_str(), name, size ? v.data() : nullptr, size);
   if (n < 0) return (void)fuse_reply_err(req, errno);
@@ -88,7 +91,7 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   for (size_t p = 0; p < static_cast<size_t>(n);) {
     const char* nm = raw.data() + p;
     size_t len = strlen(nm);
-    if (strncmp(nm, "trusted.fencefs.", 16) != 0) out.append(nm, len + 1);
+    if (!is_trusted_fencefs(nm)) out.append(nm, len + 1);
     p += len + 1;
   }
   reply_value(req, out, size);

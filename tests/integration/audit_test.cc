@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "fence/stamp.h"
 #include "integration/mount_fixture.h"
 
 using namespace fencefs::testing;
@@ -158,21 +159,20 @@ int write_file(const Mount& m, uint64_t token, const std::string& rel, const std
 
 std::string stamp_of(const std::string& backing_path) {
   char buf[256];
-  ssize_t n = lgetxattr(backing_path.c_str(), "trusted.fencefs.stamp", buf, sizeof buf);
+  ssize_t n = lgetxattr(backing_path.c_str(), "trusted.fencefs", buf, sizeof buf);
   return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
 }
 
 // The stamp is rewritten at release, which the kernel sends after close(2) returns: wait for it.
 bool wait_stamp(const std::string& backing_path, uint64_t size) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  std::string want = "size=" + std::to_string(size) + " ";
   while (std::chrono::steady_clock::now() < deadline) {
     struct stat st;
-    std::string s = stamp_of(backing_path);
-    if (s.find(want) != std::string::npos && stat(backing_path.c_str(), &st) == 0) {
-      std::string mt = "mtime=" + std::to_string(st.st_mtim.tv_sec) + ".";
-      if (s.find(mt) != std::string::npos) return true;
-    }
+    auto s = fencefs::fence::decode_stamp(stamp_of(backing_path));
+    if (s && s->has_size && s->size == size && s->has_mtime &&
+        stat(backing_path.c_str(), &st) == 0 && s->mtime_sec == st.st_mtim.tv_sec &&
+        s->mtime_nsec == st.st_mtim.tv_nsec)
+      return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;

@@ -1,0 +1,44 @@
+#include "fence/stamp.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+namespace fencefs::fence {
+namespace {
+
+bool parse_u64(std::string_view s, uint64_t* v) {
+  if (s.empty() || s.size() > 20) return false;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+}  // namespace
+
+std::string encode_stamp(Epoch epoch, uint64_t size, int64_t mtime_sec, int64_t mtime_nsec) {
+  return fmt::format("{} {} {}.{:09d}", epoch, size, mtime_sec, mtime_nsec);
+}
+
+std::optional<Stamp> decode_stamp(std::string_view v) {
+  Stamp s;
+  size_t a = v.find(' ');
+  if (!parse_u64(v.substr(0, a), &s.epoch)) return std::nullopt;
+  if (a == std::string_view::npos) return s;
+  v.remove_prefix(a + 1);
+  size_t b = v.find(' ');
+  if (!parse_u64(v.substr(0, b), &s.size)) return std::nullopt;
+  s.has_size = true;
+  if (b == std::string_view::npos) return s;
+  v.remove_prefix(b + 1);
+  size_t dot = v.find('.');
+  uint64_t sec = 0, nsec = 0;
+  if (dot == std::string_view::npos || !parse_u64(v.substr(0, dot), &sec) ||
+      !parse_u64(v.substr(dot + 1), &nsec) || nsec >= 1000000000 || sec > INT64_MAX)
+    return std::nullopt;
+  s.mtime_sec = static_cast<int64_t>(sec);
+  s.mtime_nsec = static_cast<int64_t>(nsec);
+  s.has_mtime = true;
+  return s;
+}
+
+}  // namespace fencefs::fence

@@ -1,0 +1,31 @@
+// The last-epoch stamp every file mutated through the mount carries in BACKING: the epoch of its
+// last accepted mutation, and its size and mtime then (so a write that bypassed fencefs shows).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "fence/token.h"
+
+namespace fencefs::fence {
+
+// Short name and compact value: on ext4 they fit in the inode's own xattr space, leaving the
+// file's 4 KiB xattr block to the user as on a plain directory.
+constexpr const char* kStampXattr = "trusted.fencefs";
+
+struct Stamp {
+  Epoch epoch = 0;
+  bool has_size = false;
+  uint64_t size = 0;
+  bool has_mtime = false;
+  int64_t mtime_sec = 0;
+  int64_t mtime_nsec = 0;
+};
+
+// "EPOCH SIZE SEC.NSEC", e.g. "7 4096 1764680000.123456789".
+std::string encode_stamp(Epoch epoch, uint64_t size, int64_t mtime_sec, int64_t mtime_nsec);
+// nullopt when malformed.
+std::optional<Stamp> decode_stamp(std::string_view v);
+
+}  // namespace fencefs::fence
