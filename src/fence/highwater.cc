@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -11,8 +12,45 @@
 namespace fencefs::fence {
 
 HighWater::HighWater(int dir_fd) : fd_(dir_fd) {}
+
+void HighWater::start() {
+  std::lock_guard lk(mu_);
+  if (!thread_.joinable()) thread_ = std::thread([this] { writer(); });
+}
+
 HighWater::~HighWater() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  flush();
   if (fd_ >= 0) ::close(fd_);
+}
+
+void HighWater::writer() {
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    cv_.wait(lk, [this] { return dirty_ || stop_; });
+    if (stop_) break;
+    write_locked();
+    lk.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // batch what comes meanwhile
+    lk.lock();
+  }
+}
+
+void HighWater::flush() {
+  std::lock_guard lk(mu_);
+  if (dirty_) write_locked();
+}
+
+void HighWater::write_locked() {
+  std::string v = encode(cur_);
+  if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
+    log::warn("cannot record high-water mark in BACKING: {}", strerror(errno));
+  dirty_ = false;
 }
 
 std::string HighWater::encode(const std::map<std::string, Epoch>& m) {
@@ -58,9 +96,11 @@ void HighWater::record(const std::string& domain, Epoch epoch) {
   Epoch& e = cur_[domain];
   if (e >= epoch) return;
   e = epoch;
-  std::string v = encode(cur_);
-  if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
-    log::warn("cannot record high-water mark in BACKING: {}", strerror(errno));
+  dirty_ = true;
+  if (thread_.joinable())
+    cv_.notify_one();
+  else
+    write_locked();
 }
 
 }  // namespace fencefs::fence

@@ -2,9 +2,11 @@
 // The journal is the authority; this copy is how a restored older state is noticed at mount, even
 // before any stamped file is touched.
 #pragma once
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "fence/token.h"
 
@@ -18,8 +20,14 @@ class HighWater {
   ~HighWater();
   // Epochs recorded so far, by domain path ("v1\n/ 5\n/a 7\n" in the xattr).
   std::map<std::string, Epoch> load();
-  // Raises the recorded epoch of a domain. Best effort: a failure is logged, not fatal.
+  // Raises the recorded epoch of a domain. Best effort: a failure is logged, not fatal. A writer
+  // thread batches the xattr writes, at most one per 20 ms: a copy for spotting a restored
+  // *older* state need not be exact to the millisecond, and the journal is the authority.
   void record(const std::string& domain, Epoch epoch);
+  void flush();
+  // Starts the writer thread (after the daemon forked into the background: threads do not
+  // survive fork). Until then every record is written at once.
+  void start();
 
   static std::string encode(const std::map<std::string, Epoch>& m);
   static std::map<std::string, Epoch> decode(std::string_view text);
@@ -27,8 +35,14 @@ class HighWater {
  private:
   int fd_;
   std::mutex mu_;
+  void write_locked();
+  void writer();
   std::map<std::string, Epoch> cur_;
   bool loaded_ = false;
+  bool dirty_ = false;
+  bool stop_ = false;
+  std::condition_variable cv_;
+  std::thread thread_;
 };
 
 }  // namespace fencefs::fence

@@ -408,6 +408,7 @@ int main(int argc, char* argv[]) {
   log::info("mounted {} at {} (state {})", backing, mnt, state);
   if (!copts.foreground) log::use_syslog(true);
   fuse_daemonize(copts.foreground);
+  highwater.start();
 
   int ret;
   if (copts.singlethread) {

@@ -240,3 +240,19 @@ TEST(Durability, LostStateOverStampedTreeNeedsInit) {
               return E(unlink(m.path("f").c_str()));
             }));
 }
+
+// Daemonised (no -f), as fstab and systemd run it: the epochs kept beside the data are written
+// too, so a restored older state is caught after a background daemon as well.
+TEST(Durability, BackgroundDaemonKeepsTheHighWaterCopy) {
+  char tmpl[] = "/tmp/fencefs-bg-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  ASSERT_EQ(0, sh("mkdir -p " + dir + "/b " + dir + "/m"));
+  ASSERT_EQ(0, sh(std::string(FENCEFS_BIN) + " " + dir + "/b " + dir + "/m 2>/dev/null"));
+  EXPECT_EQ(0, sh("echo 'advance / 12' > " + dir + "/m/.fencefs/ctl"));
+  ASSERT_EQ(0, sh("fusermount3 -u " + dir + "/m"));
+  for (int i = 0; i < 100 && sh("pgrep -f '[f]encefs " + dir + "/b' >/dev/null") == 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::string hwm = sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir + "/b");
+  EXPECT_NE(std::string::npos, hwm.find("/ 12")) << hwm;
+  sh("rm -rf " + dir);
+}
