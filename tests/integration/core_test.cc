@@ -493,3 +493,20 @@ TEST(Core, CrossDomainMovesAndLinks) {
   struct stat st;
   EXPECT_EQ(0, stat(m.bpath("a/tree").c_str(), &st));
 }
+
+// `mount -t fuse.fencefs BACKING MNT -o …` runs mount.fuse3, which runs `fencefs BACKING MNT -o …`
+// found on PATH (here build/; installed, /usr/local/bin).
+TEST(Core, MountsThroughMountFuse3) {
+  char tmpl[] = "/tmp/fencefs-mountfuse-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  ASSERT_EQ(0, sh("mkdir -p " + dir + "/b " + dir + "/m"));
+  std::string bin_dir = std::filesystem::path(FENCEFS_BIN).parent_path();
+  ASSERT_EQ(0, sh("PATH='" + bin_dir + "':$PATH mount.fuse3 " + dir + "/b " + dir +
+                  "/m -t fuse.fencefs -o max_jump=50,noatime 2>/dev/null"));
+  EXPECT_NE(std::string::npos, sh_out("grep ' " + dir + "/m ' /proc/mounts").find("fuse.fencefs"));
+  // The fencefs option reached the daemon: a jump beyond 50 is refused.
+  EXPECT_NE(0, sh("echo 'advance / 60' > " + dir + "/m/.fencefs/ctl 2>/dev/null"));
+  EXPECT_EQ(0, sh("echo 'advance / 40' > " + dir + "/m/.fencefs/ctl"));
+  EXPECT_EQ(0, sh("fusermount3 -u " + dir + "/m"));
+  sh("rm -rf " + dir);
+}
