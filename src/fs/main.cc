@@ -323,6 +323,7 @@ int main(int argc, char* argv[]) {
   if (a.max_jump) cfg.max_jump = parse_u64(a.max_jump, "max_jump");
   if (cfg.max_jump == 0) die("max_jump must be at least 1");
   if (a.issuers) parse_issuers(a.issuers, &cfg);
+  if (!a.issuers && getuid() != 0) cfg.issuer_uids.push_back(getuid());  // the mount's owner
   if (a.token_key) cfg.token_key = read_key(a.token_key);
 
   audit::Options aopts;
