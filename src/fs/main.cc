@@ -37,7 +37,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
     max_jump=N         refuse tokens more than N above a domain's epoch (default 1000000);
                        `fencectl advance --force` is the only way past it
     issuers=LIST       who may bind and advance: uid:N and gid:NAME|N items joined by ':'
-                       pairs, e.g. issuers=uid:0:gid:fencers (default uid:0)
+                       pairs, e.g. issuers=uid:0:gid:fencers (default: root and the
+                       user who mounted)
     token_key=FILE     accept tokens signed with this HMAC-SHA256 key from anyone; the file
                        must not be readable by group or others
     floor=N            raise every domain to at least epoch N at start (recovery, audited)
