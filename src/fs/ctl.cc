@@ -287,45 +287,46 @@ std::optional<fence::TokenText> ioctl_token(const void* in, size_t in_size, std:
 
 }  // namespace
 
+// The token of a FENCEFS_IOC_* argument, if well formed and the caller may present it for d.
+static int authorized_ioctl_token(Fs& f, const fence::Caller& c, Domain& d, const char* op,
+                                  const void* in, size_t in_size, fence::TokenText* out) {
+  std::string text;
+  auto tt = ioctl_token(in, in_size, &text);
+  if (!tt)
+    return refuse_ctl(f, c, op, fence::Reason::Malformed, &d, d.path, text, EINVAL,
+                      fmt::format("malformed token in the {} ioctl", op));
+  std::string why;
+  if (int err = f.fence().authorize(c, d, *tt, false, &why))
+    return refuse_ctl(f, c, op, fence::Reason::Unauthorised, &d, d.path, token_str(*tt), err, why);
+  *out = *tt;
+  return 0;
+}
+
 int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
-  std::string text;
-  auto tt = ioctl_token(in, in_size, &text);
   Domain& d = *h.domain;
-  if (!tt)
-    return refuse_ctl(f, c, "ioctl", fence::Reason::Malformed, &d, d.path, text, EINVAL,
-                      "malformed token in FENCEFS_IOC_SET_TOKEN");
-  std::string why;
-  int err = f.fence().authorize(c, d, *tt, false, &why);
-  if (err)
-    return refuse_ctl(f, c, "ioctl", fence::Reason::Unauthorised, &d, d.path, token_str(*tt), err,
-                      why);
+  fence::TokenText tt;
+  if (int err = authorized_ioctl_token(f, c, d, "ioctl", in, in_size, &tt)) return err;
   if (h.stale.load())
-    return refuse_ctl(f, c, "ioctl", fence::Reason::Stale, &d, d.path, token_str(*tt), ESTALE,
+    return refuse_ctl(f, c, "ioctl", fence::Reason::Stale, &d, d.path, token_str(tt), ESTALE,
                       "this handle was refused as stale; open the file again");
-  if ((err = f.fence().check_jump(d, tt->epoch, &why)))
-    return refuse_ctl(f, c, "ioctl", fence::Reason::TooFar, &d, d.path, token_str(*tt), err, why);
-  h.token = tt->epoch;
-  audit_ctl(f, c, "ioctl", "bound", "", d.path, token_str(*tt), 0,
-            fmt::format("handle rebound to token {}", tt->epoch));
+  std::string why;
+  if (int err = f.fence().check_jump(d, tt.epoch, &why))
+    return refuse_ctl(f, c, "ioctl", fence::Reason::TooFar, &d, d.path, token_str(tt), err, why);
+  h.token = tt.epoch;
+  audit_ctl(f, c, "ioctl", "bound", "", d.path, token_str(tt), 0,
+            fmt::format("handle rebound to token {}", tt.epoch));
   return 0;
 }
 
 int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
-  std::string text;
-  auto tt = ioctl_token(in, in_size, &text);
-  if (!tt)
-    return refuse_ctl(f, c, "advance", fence::Reason::Malformed, &d, d.path, text, EINVAL,
-                      "malformed token in FENCEFS_IOC_ADVANCE");
+  fence::TokenText tt;
+  if (int err = authorized_ioctl_token(f, c, d, "advance", in, in_size, &tt)) return err;
   std::string why;
-  int err = f.fence().authorize(c, d, *tt, false, &why);
-  if (err)
-    return refuse_ctl(f, c, "advance", fence::Reason::Unauthorised, &d, d.path, token_str(*tt), err,
-                      why);
-  return f.fence().advance(d, tt->epoch, false, c, &why);
+  return f.fence().advance(d, tt.epoch, false, c, &why);
 }
 
 std::string Fs::render_status_json() {

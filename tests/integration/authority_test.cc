@@ -254,3 +254,24 @@ TEST(Authority, HostileControlWrites) {
   EXPECT_EQ(0, failures.load());
   EXPECT_EQ("163", epoch(m));
 }
+
+TEST(Authority, AdvanceByIoctl) {
+  Mount m;
+  setup(m);
+  auto advance = [&](uint64_t e, bool as_nobody) {
+    return in_child([&] {
+      int fd = open(m.path("shared").c_str(), O_RDONLY | O_DIRECTORY);
+      if (fd < 0 || (as_nobody && become_nobody())) return 99;
+      fencefs_token t{};
+      t.epoch = e;
+      return E(ioctl(fd, FENCEFS_IOC_ADVANCE, &t));
+    });
+  };
+  EXPECT_EQ(0, advance(5, false));
+  EXPECT_EQ("5", epoch(m));
+  EXPECT_EQ(0, advance(5, false)) << "equal is a no-op";
+  EXPECT_EQ(ESTALE, advance(4, false));
+  EXPECT_EQ(EACCES, advance(6, true));
+  EXPECT_EQ(EINVAL, advance(0, false));
+  EXPECT_EQ("5", epoch(m));
+}
