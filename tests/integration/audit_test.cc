@@ -35,19 +35,7 @@ using fencefs::json::Value;
 
 namespace {
 
-#define E(call) ((call) < 0 ? errno : 0)
-
 const std::string kCtl = FENCECTL_BIN;
-
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-void spit(const std::string& p, const std::string& data) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << data;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -138,7 +126,7 @@ int child(const std::function<int()>& fn, pid_t* pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn, pid_t* pid = nullptr) {
+int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn, pid_t* pid) {
   return child(
       [&] {
         if (token && m.ctl("bind / " + std::to_string(token)) != 0) return 200;

@@ -17,7 +17,6 @@ using namespace fencefs::testing;
 namespace {
 
 constexpr uid_t kNobody = 65534;
-#define E(call) ((call) < 0 ? errno : 0)
 
 std::string epoch(const Mount& m, const std::string& rel = "") {
   char buf[64];

@@ -20,33 +20,6 @@ using namespace fencefs::testing;
 
 namespace {
 
-std::string slurp(const std::string& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-void spit(const std::string& p, const std::string& data) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << data;
-}
-
-// Returns errno of a failed call, 0 on success.
-#define E(call) ((call) < 0 ? errno : 0)
-
-std::string xattr(const std::string& path, const char* name) {
-  char buf[256];
-  ssize_t n = getxattr(path.c_str(), name, buf, sizeof buf);
-  return n < 0 ? std::string("ERR:") + strerror(errno) : std::string(buf, n);
-}
-
-// Runs fn in a child bound to `token` (0: unbound); returns fn's result (an errno).
-int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn) {
-  return in_child([&] {
-    if (token && m.ctl("bind / " + std::to_string(token)) != 0) return 200;
-    return fn();
-  });
-}
-
 // Runs a bash script from a file (no quoting games); returns its exit status.
 int script(const Mount& m, const std::string& body) {
   std::string path = m.root() + "/script.sh";

@@ -19,8 +19,6 @@ using namespace fencefs::testing;
 
 namespace {
 
-#define E(call) ((call) < 0 ? errno : 0)
-
 uint64_t epoch_of(const std::string& path) {
   char buf[64];
   ssize_t n = getxattr(path.c_str(), "user.fencefs.epoch", buf, sizeof buf);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <set>
@@ -235,6 +236,29 @@ int in_child(const std::function<int()>& fn) {
   int st;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+void spit(const std::string& path, const std::string& data) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << data;
+}
+
+std::string xattr(const std::string& path, const char* name) {
+  char buf[256];
+  ssize_t n = getxattr(path.c_str(), name, buf, sizeof buf);
+  return n < 0 ? std::string("ERR:") + strerror(errno) : std::string(buf, static_cast<size_t>(n));
+}
+
+int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn) {
+  return in_child([&] {
+    if (token && m.ctl("bind / " + std::to_string(token)) != 0) return 200;
+    return fn();
+  });
 }
 
 namespace {

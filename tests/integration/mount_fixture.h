@@ -58,6 +58,16 @@ class Mount {
 // status (or 128+signal).
 int in_child(const std::function<int()>& fn);
 
+// The errno of a failed call (result < 0), 0 on success: E(write(fd, "x", 1)).
+#define E(call) ((call) < 0 ? errno : 0)
+
+std::string slurp(const std::string& path);
+void spit(const std::string& path, const std::string& data);
+// A (following) getxattr as text, or "ERR:<strerror>".
+std::string xattr(const std::string& path, const char* name);
+// Runs fn in a child bound to `token` for the root domain (0: unbound); returns fn's result.
+int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn);
+
 // Hash of every path, type, mode, uid, gid, size, content and user xattr below dir (stable order),
 // to prove a refused operation changed nothing.
 std::string tree_hash(const std::string& dir);
