@@ -271,8 +271,8 @@ bool Log::write_locked(const std::string& line) {
 
 Log::Outcome Log::record(const Event& in) {
   Event e = in;
-  const pid_t thread = e.pid;
-  if (e.pid > 0) {
+  const pid_t thread = e.tid ? e.tid : e.pid;
+  if (e.pid > 0 && !e.pid_resolved) {
     // FUSE names the calling thread; the audit trail names its process.
     if (auto tgid = proc::tgid_of(e.pid); tgid && *tgid != e.pid) {
       e.tid = e.pid;

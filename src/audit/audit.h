@@ -27,6 +27,7 @@ struct Event {
   int err = 0;    // errno returned to the caller, 0 when accepted
   pid_t pid = 0;  // process (thread group); a thread id given here is resolved by record()
   pid_t tid = 0;  // the calling thread when it is not the process's main thread, else 0
+  bool pid_resolved = false;  // pid is already the thread group (set by whoever resolved it)
   uid_t uid = 0;
   gid_t gid = 0;
   std::string comm;

@@ -101,6 +101,19 @@ std::vector<gid_t> groups_of(pid_t pid) {
   return out;
 }
 
+std::optional<Identity> identity_of(pid_t tid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", tid);
+  std::string text;
+  if (!slurp(path, &text)) return std::nullopt;
+  Identity id;
+  if (!parse_num(field_line(text, "Tgid:"), &id.tgid) || id.tgid <= 0) return std::nullopt;
+  std::string_view name = field_line(text, "Name:");
+  while (!name.empty() && (name.front() == ' ' || name.front() == '\t')) name.remove_prefix(1);
+  id.comm = std::string(name);  // the kernel escapes newlines and backslashes here
+  return id;
+}
+
 std::string comm_of(pid_t pid) {
   auto st = read_stat(pid);
   return st ? st->comm : std::string();

@@ -24,4 +24,11 @@ std::optional<pid_t> tgid_of(pid_t tid);
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
 
+// Thread group and command of a thread, from one read of /proc/TID/status.
+struct Identity {
+  pid_t tgid = 0;
+  std::string comm;
+};
+std::optional<Identity> identity_of(pid_t tid);
+
 }  // namespace fencefs::proc

@@ -65,7 +65,17 @@ audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
   e.pid = c.pid;
   e.uid = c.uid;
   e.gid = c.gid;
-  if (e.comm.empty() && c.pid > 0) e.comm = proc::comm_of(c.pid);
+  if (c.pid > 0) {
+    // FUSE names the calling thread; the audit trail names its process (one /proc read).
+    if (auto id = proc::identity_of(c.pid)) {
+      if (e.comm.empty()) e.comm = id->comm;
+      if (id->tgid != c.pid) {
+        e.tid = c.pid;
+        e.pid = id->tgid;
+      }
+      e.pid_resolved = true;
+    }
+  }
   return audit_->record(e);
 }
 
