@@ -52,7 +52,7 @@ std::string at(const std::string& file, uint64_t offset, const std::string& reas
 }
 
 std::string refusal_hint(const std::string& dir) {
-  return "; refusing to open. Inspect with `fencectl verify --state " + dir +
+  return "; refusing to open. Inspect with `fencectl verify BACKING --state " + dir +
          "`; the audited way out is `fencectl recover --state " + dir +
          " --floor N` (docs/journal-format.md)";
 }
