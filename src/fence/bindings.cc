@@ -152,9 +152,4 @@ std::vector<Bindings::Entry> Bindings::list() {
   return out;
 }
 
-size_t Bindings::cache_size() const {
-  std::lock_guard lk(cache_mu_);
-  return cache_.size();
-}
-
 }  // namespace fencefs::fence

@@ -37,7 +37,6 @@ class Bindings {
   };
   // Live bindings (dead processes are dropped).
   std::vector<Entry> list();
-  size_t cache_size() const;
 
  private:
   struct Resolved {

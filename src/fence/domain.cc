@@ -6,22 +6,6 @@
 
 namespace fencefs::fence {
 
-const char* verdict_name(Verdict v) {
-  switch (v) {
-    case Verdict::Missing:
-      return "missing";
-    case Verdict::Stale:
-      return "stale";
-    case Verdict::Equal:
-      return "equal";
-    case Verdict::Advance:
-      return "advance";
-    case Verdict::TooFar:
-      return "too_far";
-  }
-  return "?";
-}
-
 const char* reason_name(Reason r) {
   switch (r) {
     case Reason::Stale:

@@ -215,25 +215,36 @@ int Fence::admit2(Domain& a, Epoch ta, Domain& b, Epoch tb, const Caller& c, con
 int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why) {
   Op op{"advance", {}, {}};
   Epoch epoch = d.epoch.load();
-  if (token < epoch) {
-    *why = fmt::format("stale token {} < epoch {}", token, epoch);
-    return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
+  Epoch stamped = d.max_stamp.load();
+  if (stamped > epoch && token < stamped) {
+    *why =
+        fmt::format("rollback detected: epoch {} was seen but the state says {}", stamped, epoch);
+    return refuse(d, Reason::Rollback, EIO, token, c, op, *why);
   }
-  if (token == epoch) {
-    *why = fmt::format("domain {} already at epoch {}", d.path, epoch);
-    return 0;
+  // The same rule as for every mutation; only an issuer's force lifts max_jump.
+  switch (judge(token, epoch, force ? kMaxToken : cfg_.max_jump)) {
+    case Verdict::Missing:
+      *why = "no token";
+      return refuse(d, Reason::Malformed, EINVAL, token, c, op, *why);
+    case Verdict::Stale:
+      *why = fmt::format("stale token {} < epoch {}", token, epoch);
+      return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
+    case Verdict::Equal:
+      *why = fmt::format("domain {} already at epoch {}", d.path, epoch);
+      return 0;
+    case Verdict::TooFar:
+      check_jump(d, token, why);
+      return refuse(d, Reason::TooFar, ERANGE, token, c, op, *why);
+    case Verdict::Advance:
+      break;
   }
-  if (!force && check_jump(d, token, why)) {
-    return refuse(d, Reason::TooFar, ERANGE, token, c, op, *why);
-  }
-  int err = raise(d, token, c, op);
-  if (err) {
+  if (int err = raise(d, token, c, op)) {
     *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
     return refuse(d, Reason::Io, err, token, c, op, *why);
   }
-  if (d.epoch.load() > token) {
-    *why = fmt::format("a higher epoch {} landed first", d.epoch.load());
-    return ESTALE;
+  if (Epoch now = d.epoch.load(); now > token) {
+    *why = fmt::format("stale token {} < epoch {} (a higher advance landed first)", token, now);
+    return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
   }
   *why = fmt::format("domain {} advanced to epoch {}", d.path, token);
   return 0;

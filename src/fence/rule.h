@@ -20,6 +20,4 @@ constexpr Verdict judge(Epoch token, Epoch epoch, Epoch max_jump) {
   return Verdict::Advance;
 }
 
-const char* verdict_name(Verdict v);
-
 }  // namespace fencefs::fence

@@ -90,7 +90,6 @@ class Fs {
   // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
   int pin(Inode& i);
   void unpin(Inode& i) { i.users.fetch_sub(1); }
-  size_t open_inode_fds() const { return open_fds_.load(); }
   Inode* inode(fuse_ino_t ino);
   fuse_ino_t ino_of(Inode* i) const;
   // Looks up (or creates) the inode for an entry; fills e. 0 or errno.

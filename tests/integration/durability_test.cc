@@ -187,6 +187,8 @@ TEST(Durability, RestoredOlderStateIsCaught) {
               if (m.ctl("bind / 4")) return 1;
               return E(open(m.path("data").c_str(), O_WRONLY | O_TRUNC));
             }));
+  // Nor may an advance set the epoch below what the data has seen.
+  EXPECT_EQ(EIO, in_child([&] { return m.ctl("advance / 4"); }));
   EXPECT_EQ(before, tree_hash(m.backing()));
   EXPECT_NE(std::string::npos, m.daemon_log().find("rollback detected")) << m.daemon_log();
   // The owner of epoch 5 heals it.
