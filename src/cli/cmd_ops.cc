@@ -299,7 +299,8 @@ class Progress {
 struct DomainEpoch {
   std::string path;
   uint64_t epoch = 0;
-  uint64_t files = 0;  // stamped files found in it
+  uint64_t files = 0;               // stamped files found in it
+  uint32_t id = fence::kAnyDomain;  // unknown for a domain only the daemon's status named
 };
 
 // The deepest domain containing rel ("/a/b"); domains sorted deepest first.
@@ -419,7 +420,7 @@ int cmd_verify(const Args& args) {
   }
 
   std::vector<DomainEpoch> domains;
-  for (auto& d : jr.domains) domains.push_back({d.path, d.epoch, 0});
+  for (auto& d : jr.domains) domains.push_back({d.path, d.epoch, 0, d.id});
   sort_deepest_first(domains);
 
   uint64_t scanned = 0, stamped = 0, unstamped = 0, unreadable = 0;
@@ -536,13 +537,20 @@ int cmd_verify(const Args& args) {
         continue;
       }
       d->files++;
-      if (f.s.epoch > d->epoch) {
+      // A stamp is judged against the domain that issued it (older stamps name none: the file's
+      // domain); another domain's epoch is no evidence about this one's.
+      const DomainEpoch* issuer = d;
+      if (f.s.domain != fence::kAnyDomain && f.s.domain != d->id) {
+        issuer = nullptr;
+        for (const auto& x : domains)
+          if (x.id == f.s.domain) issuer = &x;
+      }
+      if (issuer && f.s.epoch > issuer->epoch) {
         findings.push_back(
-            {"rolled back", f.path, d->path,
-             fmt::format("{}: stamp epoch {} > epoch {} of domain {}: the state was rolled back "
-                         "(or the file was moved in from another domain)",
-                         f.path, f.s.epoch, d->epoch, d->path),
-             fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", f.s.epoch, d->epoch)});
+            {"rolled back", f.path, issuer->path,
+             fmt::format("{}: stamp epoch {} > epoch {} of domain {}: the state was rolled back",
+                         f.path, f.s.epoch, issuer->epoch, issuer->path),
+             fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", f.s.epoch, issuer->epoch)});
       }
       bool size_diff = f.s.has_size && f.s.size != static_cast<uint64_t>(f.st.st_size);
       bool mtime_diff = f.s.has_mtime && (f.s.mtime_sec != f.st.st_mtim.tv_sec ||

@@ -1,5 +1,10 @@
 #include "fence/domain.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <mutex>
 
 #include "fence/rule.h"
@@ -51,6 +56,78 @@ Domain* DomainTable::by_root_inode(dev_t dev, ino_t ino) const {
   return nullptr;
 }
 
+std::vector<Domain*> DomainTable::follow(dev_t pdev, ino_t pino, std::string_view name, dev_t dev,
+                                         ino_t ino) {
+  // Identity of the directory a step hangs below: BACKING's root for the first step.
+  auto parent_is = [&](const Domain& d, size_t k, const Domain& root) {
+    return k == 0 ? root.dev == pdev && root.ino == pino
+                  : d.place[k - 1].dev == pdev && d.place[k - 1].ino == pino;
+  };
+  auto scan = [&](bool apply) {
+    std::vector<Domain*> moved;
+    bool changed = false;
+    const Domain* root = nullptr;
+    for (auto& d : domains_)
+      if (d->id == 0) root = d.get();
+    if (!root) return std::make_pair(changed, moved);
+    for (auto& d : domains_) {
+      for (size_t k = 0; k < d->place.size(); k++) {
+        PlaceStep& s = d->place[k];
+        if (s.name != name || !parent_is(*d, k, *root) || (s.dev == dev && s.ino == ino)) continue;
+        changed = true;
+        if (!apply) continue;
+        s.dev = dev;
+        s.ino = ino;
+        if (k + 1 == d->place.size()) {
+          d->dev = dev;
+          d->ino = ino;
+          moved.push_back(d.get());
+        }
+      }
+    }
+    return std::make_pair(changed, moved);
+  };
+  {
+    std::shared_lock lk(mu_);
+    if (!scan(false).first) return {};
+  }
+  std::vector<Domain*> moved;
+  {
+    std::unique_lock lk(mu_);
+    moved = scan(true).second;
+  }
+  bump_generation();
+  return moved;
+}
+
+bool DomainTable::on_place(dev_t pdev, ino_t pino, std::string_view name, dev_t dev,
+                           ino_t ino) const {
+  std::shared_lock lk(mu_);
+  const Domain* root = nullptr;
+  for (auto& d : domains_)
+    if (d->id == 0) root = d.get();
+  for (auto& d : domains_) {
+    for (size_t k = 0; k < d->place.size(); k++) {
+      const PlaceStep& s = d->place[k];
+      if ((ino != 0 || dev != 0) && s.dev == dev && s.ino == ino) return true;
+      const dev_t qd = k == 0 ? (root ? root->dev : 0) : d->place[k - 1].dev;
+      const ino_t qi = k == 0 ? (root ? root->ino : 0) : d->place[k - 1].ino;
+      if (s.name == name && qd == pdev && qi == pino) return true;
+    }
+  }
+  return false;
+}
+
+void DomainTable::rebind(Domain& d, std::vector<PlaceStep> place) {
+  {
+    std::unique_lock lk(mu_);
+    d.dev = place.empty() ? 0 : place.back().dev;
+    d.ino = place.empty() ? 0 : place.back().ino;
+    d.place = std::move(place);
+  }
+  bump_generation();
+}
+
 Domain* DomainTable::deepest(std::string_view rel) const {
   std::shared_lock lk(mu_);
   Domain* best = nullptr;
@@ -79,6 +156,18 @@ Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, dev_t dev, 
   return raw;
 }
 
+Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, std::vector<PlaceStep> place) {
+  dev_t dev = place.empty() ? 0 : place.back().dev;
+  ino_t ino = place.empty() ? 0 : place.back().ino;
+  Domain* d = add(id, std::move(path), epoch, dev, ino);
+  {
+    std::unique_lock lk(mu_);
+    d->place = std::move(place);
+  }
+  bump_generation();
+  return d;
+}
+
 std::vector<Domain*> DomainTable::all() const {
   std::shared_lock lk(mu_);
   std::vector<Domain*> out;
@@ -96,6 +185,47 @@ uint32_t DomainTable::next_id() const {
 size_t DomainTable::size() const {
   std::shared_lock lk(mu_);
   return domains_.size();
+}
+
+int resolve_place(int root_fd, std::string_view rel, std::vector<PlaceStep>* place) {
+  place->clear();
+  if (rel.empty() || rel[0] != '/') return -EINVAL;
+  int fd = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return -errno;
+  int err = 0;
+  size_t pos = 1;
+  while (pos <= rel.size()) {
+    size_t end = rel.find('/', pos);
+    if (end == std::string_view::npos) end = rel.size();
+    std::string_view name = rel.substr(pos, end - pos);
+    pos = end + 1;
+    if (name.empty() && pos > rel.size() && !place->empty()) break;  // trailing slash
+    if (name.empty() || name == "." || name == "..") {
+      err = EINVAL;
+      break;
+    }
+    PlaceStep s;
+    s.name = std::string(name);
+    if (fd >= 0) {
+      int next = openat(fd, s.name.c_str(), O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+      struct stat st;
+      if (next >= 0 && fstat(next, &st) == 0) {
+        s.dev = st.st_dev;
+        s.ino = st.st_ino;
+      } else if (!err) {
+        err = errno == ENOTDIR || errno == ELOOP ? ENOTDIR : errno;
+      }
+      ::close(fd);
+      fd = next;
+    }
+    place->push_back(std::move(s));
+  }
+  if (place->empty() && !err) err = EINVAL;
+  if (err) {
+    if (fd >= 0) ::close(fd);
+    return -err;
+  }
+  return fd;
 }
 
 }  // namespace fencefs::fence

@@ -308,11 +308,24 @@ int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
   return 0;
 }
 
-int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why) {
+int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why) {
   std::lock_guard lk(domain_add_mu_);
-  if (domains_.by_path(rel)) {
-    *why = fmt::format("{} is already a domain", rel);
-    return EEXIST;
+  if (place.empty()) {
+    *why = fmt::format("{} is not a directory below the mount root", rel);
+    return EINVAL;
+  }
+  dev_t dev = place.back().dev;
+  ino_t ino = place.back().ino;
+  if (Domain* d = domains_.by_path(rel)) {
+    if (domains_.by_root_inode(dev, ino) == d) {
+      *why = fmt::format("{} is already a domain", rel);
+      return EEXIST;
+    }
+    // Its directory was replaced or moved outside fencefs: the operator names the new one.
+    domains_.rebind(*d, std::move(place));
+    *why = fmt::format("domain {} re-declared at the directory now at that path (epoch {})", rel,
+                       d->epoch.load());
+    return 0;
   }
   if (domains_.by_root_inode(dev, ino)) {
     *why = fmt::format("{} is already a domain under another name", rel);
@@ -324,7 +337,7 @@ int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string*
     *why = fmt::format("could not record domain {}: {}", rel, strerror(err));
     return err;
   }
-  domains_.add(id, rel, 0, dev, ino);
+  domains_.add(id, rel, 0, std::move(place));
   *why = fmt::format("domain {} declared at epoch 0", rel);
   return 0;
 }

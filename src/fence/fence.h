@@ -92,8 +92,9 @@ class Fence {
   // ERANGE when token is more than max_jump above d's epoch.
   int check_jump(const Domain& d, Epoch token, std::string* why) const;
 
-  // Durably declares a domain rooted at the existing directory rel (relative path "/a/b").
-  int add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why);
+  // Durably declares a domain rooted at the existing directory rel (relative path "/a/b"), found
+  // along `place`. Declaring an existing domain's path again re-binds it to the directory there.
+  int add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why);
 
   // Records an event; kRepeat when it repeated one just recorded (the kernel retries a path
   // operation refused with ESTALE once), so callers count it once.

@@ -49,21 +49,6 @@ int refuse_ctl(Fs& f, const fence::Caller& c, const char* op, fence::Reason r, D
   return err;
 }
 
-// Resolves a domain path to an existing directory of BACKING without following symlinks.
-int resolve_dir(Fs& f, const std::string& rel, struct stat* st) {
-  if (rel == "/" || rel.rfind("/.fencefs", 0) == 0) return EINVAL;
-  open_how how{};
-  how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int fd =
-      static_cast<int>(syscall(SYS_openat2, f.root().fd.load(), rel.c_str() + 1, &how, sizeof how));
-  if (fd < 0) return errno;
-  int r = fstat(fd, st);
-  int err = r == 0 ? 0 : errno;
-  ::close(fd);
-  return err;
-}
-
 int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
@@ -113,13 +98,7 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       if ((err = f.fence().authorize(c, *f.fence().domains().root(), none, true, &why)))
         return *reply = why,
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr, cmd.domain, "", err, why);
-      struct stat st;
-      if ((err = resolve_dir(f, cmd.domain, &st))) {
-        *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain, strerror(err));
-        err = err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
-        return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, "", err, *reply);
-      }
-      err = f.fence().add_domain(cmd.domain, st.st_dev, st.st_ino, reply);
+      err = f.declare_domain(cmd.domain, reply);
       if (err)
         return refuse_ctl(f, c, op, err == EIO ? fence::Reason::Io : fence::Reason::Malformed,
                           nullptr, cmd.domain, "", err, *reply);

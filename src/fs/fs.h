@@ -15,6 +15,7 @@
 
 #include "fence/bindings.h"
 #include "fence/fence.h"
+#include "fence/stamp.h"
 
 namespace fencefs::fs {
 
@@ -45,9 +46,16 @@ struct Inode {
   mode_t type = 0;  // S_IFMT bits
   Kind kind = Kind::Real;
   std::atomic<uint64_t> nlookup{0};
-  std::atomic<Domain*> domain{nullptr};
+  // The directory this inode was last found in or moved to, so that its domain is known from the
+  // table alone. A parent stays in the table while it has children there (`kids`); both are
+  // guarded by the table's mutex.
+  Inode* parent = nullptr;
+  uint32_t kids = 0;
+  std::atomic<Domain*> domain{nullptr};  // cache of domain_of, valid for domain_gen
   std::atomic<uint32_t> domain_gen{0};
-  std::atomic<Epoch> stamp{kStampUnknown};  // last-epoch stamp, loaded lazily
+  // Last-epoch stamp and the domain that issued it, loaded lazily; under inode_mutex.
+  std::atomic<uint32_t> stamp_domain{fence::kAnyDomain};
+  std::atomic<Epoch> stamp{kStampUnknown};
 };
 
 // Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
@@ -98,15 +106,22 @@ class Fs {
   int stat_inode(Inode& i, struct stat* st);
   void fill_virtual(fuse_ino_t ino, struct stat* st);
 
-  // The domain holding an inode (recomputed from its path when domains changed).
+  // The domain holding an inode: a directory that roots a domain (by identity) holds itself,
+  // anything else belongs to its parent's domain, found by walking parents in the table when
+  // domains changed. Never from a path read back.
   Domain& domain_of(Inode& i);
-  // Reads the inode's stamp (cached after the first read); fd: an open fd of it, or -1.
+  // The inode's stamp as evidence in its current domain: 0 when none, or when another domain
+  // issued it. fd: an open fd of it, or -1.
   Epoch stamp_of(Inode& i, int fd = -1);
-  // Records epoch `e` (and current size/mtime) as the inode's stamp. fd: a real fd or -1.
-  void stamp(Inode& i, int fd, Epoch e);
+  // Records epoch `e` of domain d (and current size/mtime) as the inode's stamp. fd: real or -1.
+  void stamp(Inode& i, int fd, Epoch e, const Domain& d);
 
-  // A file renamed into another domain: it belongs there now, stamped with that domain's epoch.
-  void moved_across_domains(Inode& newparent, const char* name, Domain& d, Epoch token);
+  // After renameat2: the moved entry is (np, newname) (with RENAME_EXCHANGE the other one is
+  // (p, name)). moved_to: the domain a file moved into, restamped with `token` there.
+  void renamed(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,
+               Domain* moved_to, Epoch token);
+  // `domain add`: declares directory rel a domain, refusing when hard links cross its boundary.
+  int declare_domain(const std::string& rel, std::string* why);
 
   fence::Caller caller(fuse_req_t req) const;
   // Token the caller presents for a domain (process binding), 0 when none.
@@ -128,6 +143,10 @@ class Fs {
   fence::Bindings& bindings_;
   Inode root_;
   bool take_file_id(Inode& i, int fd);
+  void load_stamp_locked(Inode& i, int fd);
+  void set_parent_locked(Inode* i, Inode* p);
+  void drop_locked(Inode* i);
+  Inode* find_locked(const struct stat& st);
   std::mutex table_mu_;
   struct KeyHash {
     size_t operator()(const std::pair<ino_t, dev_t>& k) const {

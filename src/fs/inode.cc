@@ -201,6 +201,15 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     return err;
   }
   e->attr = st;
+  // A directory found where a domain's place leads, other than the one recorded there, was
+  // replaced (or created) in BACKING: the place, and so the domain, now leads through it.
+  if (S_ISDIR(st.st_mode) && fence_.domains().size() > 1) {
+    for (Domain* d : fence_.domains().follow(p.dev, p.ino, name, st.st_dev, st.st_ino))
+      log::warn(
+          "domain {}: a new directory is at its place (replaced in BACKING?); it is the "
+          "domain now",
+          d->path);
+  }
   std::unique_lock lk(table_mu_);
   auto [it, inserted] = table_.try_emplace({st.st_ino, st.st_dev});
   Inode* i = &it->second;
@@ -214,16 +223,11 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     i->last_use = coarse_now();
     n_inodes++;
     open_fds_++;
-    // A directory that roots a domain belongs to it; anything else to its parent's domain.
-    Domain* d = nullptr;
-    if (S_ISDIR(st.st_mode) && fence_.domains().size() > 1)
-      d = fence_.domains().by_root_inode(st.st_dev, st.st_ino);
-    lk.unlock();
-    if (!d) d = &domain_of(p);
-    i->domain = d;
-    i->domain_gen = static_cast<uint32_t>(fence_.domains().generation());
-    lk.lock();
   }
+  Inode* old_parent = i->parent;
+  set_parent_locked(i, &p);
+  // Its domain is inherited from the parent it was found in: recomputed on first use.
+  if (old_parent != &p) i->domain_gen.store(0, std::memory_order_release);
   i->nlookup++;
   e->ino = ino_of(i);
   bool over = open_fds_.load() > fd_soft_limit_;
@@ -236,105 +240,166 @@ void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
   Inode* i = inode(ino);
   if (i == &root_ || is_virtual(*i)) return;
   std::lock_guard lk(table_mu_);
-  if (i->nlookup.fetch_sub(n) == n) {
+  if (i->nlookup.fetch_sub(n) == n) drop_locked(i);
+}
+
+// Erases an inode the kernel forgot once no child names it as parent, then its parent likewise.
+void Fs::drop_locked(Inode* i) {
+  while (i && i != &root_ && i->nlookup.load() == 0 && i->kids == 0) {
     int fd = i->fd.exchange(-1);
     if (fd >= 0) {
       ::close(fd);
       open_fds_--;
     }
+    Inode* p = i->parent;
     table_.erase({i->ino, i->dev});
     n_inodes--;
+    if (!p || p == &root_) break;
+    p->kids--;
+    i = p;
   }
+}
+
+void Fs::set_parent_locked(Inode* i, Inode* p) {
+  Inode* old = i->parent;
+  if (old == p || i == &root_) return;
+  if (p != &root_) p->kids++;
+  i->parent = p;
+  if (old && old != &root_) {
+    old->kids--;
+    drop_locked(old);
+  }
+}
+
+Inode* Fs::find_locked(const struct stat& st) {
+  if (st.st_ino == root_.ino && st.st_dev == root_.dev) return &root_;
+  auto it = table_.find({st.st_ino, st.st_dev});
+  return it == table_.end() ? nullptr : &it->second;
 }
 
 Domain& Fs::domain_of(Inode& i) {
-  if (&i == &root_) return *fence_.domains().root();
-  uint64_t gen = fence_.domains().generation();
+  fence::DomainTable& table = fence_.domains();
+  if (&i == &root_) return *table.root();
+  uint32_t gen = static_cast<uint32_t>(table.generation());
   Domain* d = i.domain.load(std::memory_order_acquire);
-  if (d && i.domain_gen.load(std::memory_order_acquire) == static_cast<uint32_t>(gen)) return *d;
-  // Domains changed since this inode was placed: find it again by its current path.
-  char buf[PATH_MAX];
-  ssize_t n = readlink(proc_path(i.fd).c_str(), buf, sizeof buf - 1);
+  if (d && i.domain_gen.load(std::memory_order_acquire) == gen) return *d;
+  // Domains changed since this inode was placed: walk up its parents in the table. A directory
+  // that roots a domain (by its identity) holds itself; a parent already placed in this
+  // generation answers for everything below it.
   Domain* found = nullptr;
-  if (n > 0) {
-    std::string_view p(buf, static_cast<size_t>(n));
-    const std::string& b = opts_.backing;
-    if (p.size() >= b.size() && p.substr(0, b.size()) == b &&
-        (p.size() == b.size() || p[b.size()] == '/') && p.find(" (deleted)") == p.npos) {
-      std::string rel(p.substr(b.size()));
-      if (rel.empty()) rel = "/";
-      found = fence_.domains().deepest(rel);
+  {
+    std::lock_guard lk(table_mu_);
+    Inode* x = &i;
+    for (size_t steps = 0; x && steps <= table_.size() + 1; steps++) {
+      if (x == &root_) {
+        found = table.root();
+        break;
+      }
+      Domain* xd = x->domain.load(std::memory_order_acquire);
+      if (x != &i && xd && x->domain_gen.load(std::memory_order_acquire) == gen) {
+        found = xd;
+        break;
+      }
+      if (x->type == S_IFDIR && (found = table.by_root_inode(x->dev, x->ino))) break;
+      x = x->parent;
     }
   }
-  if (!found) found = d ? d : fence_.domains().root();  // unlinked: keep what it had
+  if (!found) found = d ? d : table.root();  // no parent known: keep what it had
   i.domain.store(found, std::memory_order_release);
-  i.domain_gen.store(static_cast<uint32_t>(gen), std::memory_order_release);
+  i.domain_gen.store(gen, std::memory_order_release);
   return *found;
 }
 
-Epoch Fs::stamp_of(Inode& i, int fd) {
-  Epoch s = i.stamp.load(std::memory_order_acquire);
-  if (s != kStampUnknown) return s;
+void Fs::load_stamp_locked(Inode& i, int fd) {
+  if (i.stamp.load(std::memory_order_acquire) != kStampUnknown) return;
   Epoch e = 0;
+  uint32_t dom = fence::kAnyDomain;
   if (opts_.stamps && i.type == S_IFREG) {
     char buf[128];
     ssize_t n = fd >= 0 ? fgetxattr(fd, kStampXattr, buf, sizeof buf)
                         : getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
     if (n > 0) {
       auto st = fence::decode_stamp(std::string_view(buf, static_cast<size_t>(n)));
-      e = st ? st->epoch : 0;
+      if (st) {
+        e = st->epoch;
+        dom = st->domain;
+      }
     }
   }
-  Epoch expected = kStampUnknown;
-  i.stamp.compare_exchange_strong(expected, e);
-  return i.stamp.load();
+  i.stamp_domain.store(dom, std::memory_order_release);
+  i.stamp.store(e, std::memory_order_release);
 }
 
-void Fs::stamp(Inode& i, int fd, Epoch e) {
+Epoch Fs::stamp_of(Inode& i, int fd) {
+  if (i.type != S_IFREG) return 0;
+  Domain& d = domain_of(i);
+  std::lock_guard lk(inode_mutex(i));
+  load_stamp_locked(i, fd);
+  uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
+  // Another domain's epochs say nothing about this one's: not evidence of a rollback here.
+  if (sd != fence::kAnyDomain && sd != d.id) return 0;
+  return i.stamp.load(std::memory_order_acquire);
+}
+
+void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   if (!opts_.stamps || i.type != S_IFREG) return;
   Pinned pin(*this, fd >= 0 ? nullptr : &i);
   if (pin.error()) return;
   std::lock_guard lk(inode_mutex(i));
-  Epoch cur = stamp_of(i, fd);
-  if (e < cur) e = cur;  // stamps never go down, whatever order handles close in
+  load_stamp_locked(i, fd);
+  uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
+  Epoch cur = i.stamp.load(std::memory_order_acquire);
+  // Within one domain stamps never go down, whatever order handles close in.
+  if ((sd == d.id || sd == fence::kAnyDomain) && e < cur) e = cur;
   struct stat st;
   int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
   if (r != 0) return;
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
-                                      st.st_mtim.tv_nsec);
+                                      st.st_mtim.tv_nsec, d.id);
   r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
               : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
   if (r != 0) {
     log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), strerror(errno));
     return;
   }
+  i.stamp_domain.store(d.id, std::memory_order_release);
   i.stamp.store(e, std::memory_order_release);
 }
 
-void Fs::moved_across_domains(Inode& newparent, const char* name, Domain& d, Epoch token) {
-  int fd = openat(newparent.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return;
+void Fs::renamed(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,
+                 Domain* moved_to, Epoch token) {
   struct stat st;
-  if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0) {
-    std::unique_lock lk(table_mu_);
-    auto it = table_.find({st.st_ino, st.st_dev});
-    Inode* i = it == table_.end() ? nullptr : &it->second;
-    if (i) {
-      i->users++;  // keep it while restamping outside the table lock
-      lk.unlock();
-      i->domain.store(&d);
-      i->domain_gen.store(static_cast<uint32_t>(fence_.domains().generation()));
-      i->stamp.store(0);  // the old domain's stamp says nothing here
-      stamp(*i, -1, token);
-      unpin(*i);
-    } else if (opts_.stamps && S_ISREG(st.st_mode)) {
-      lk.unlock();
-      std::string v = fence::encode_stamp(token, static_cast<uint64_t>(st.st_size),
-                                          st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-      setxattr(proc_path(fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+  if (flags & RENAME_EXCHANGE) {
+    if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      std::lock_guard lk(table_mu_);
+      if (Inode* o = find_locked(st)) set_parent_locked(o, &p);
     }
   }
-  ::close(fd);
+  if (fstatat(np.fd, newname, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
+  Inode* i = nullptr;
+  {
+    std::lock_guard lk(table_mu_);
+    i = find_locked(st);
+    if (i == &root_) return;
+    if (i) {
+      set_parent_locked(i, &np);
+      i->users++;  // keep it while restamping outside the table lock
+    }
+  }
+  if (i && moved_to) {
+    i->domain.store(moved_to, std::memory_order_release);
+    i->domain_gen.store(static_cast<uint32_t>(fence_.domains().generation()));
+    stamp(*i, -1, token, *moved_to);  // the old domain's stamp says nothing here
+  } else if (moved_to && opts_.stamps && S_ISREG(st.st_mode)) {
+    int fd = openat(np.fd, newname, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string v = fence::encode_stamp(token, static_cast<uint64_t>(st.st_size),
+                                          st.st_mtim.tv_sec, st.st_mtim.tv_nsec, moved_to->id);
+      setxattr(proc_path(fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+      ::close(fd);
+    }
+  }
+  if (i) unpin(*i);
 }
 
 fence::Caller Fs::caller(fuse_req_t req) const {

@@ -311,11 +311,25 @@ int main(int argc, char* argv[]) {
 
   fence::DomainTable domains;
   for (auto& d : store->domains()) {
-    struct stat dst {};
-    std::string p = d.path == "/" ? backing : backing + d.path;
-    if (stat(p.c_str(), &dst) != 0)
-      log::warn("domain {}: its directory {} is missing: {}", d.path, p, strerror(errno));
-    domains.add(d.id, d.path, d.epoch, dst.st_dev, dst.st_ino);
+    if (d.path == "/") {
+      struct stat dst {};
+      stat(backing.c_str(), &dst);
+      domains.add(d.id, d.path, d.epoch, dst.st_dev, dst.st_ino);
+      continue;
+    }
+    // A domain is the directory at its declared place, followed step by step by identity; a
+    // missing one becomes the domain again when a directory appears at its place.
+    std::vector<fence::PlaceStep> place;
+    int bfd = open(backing.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int fd = bfd >= 0 ? fence::resolve_place(bfd, d.path, &place) : -errno;
+    if (fd >= 0) ::close(fd);
+    if (bfd >= 0) ::close(bfd);
+    if (fd < 0)
+      log::warn(
+          "domain {}: its directory {}{} is missing ({}); it is the domain again once a "
+          "directory is at that path",
+          d.path, backing, d.path, strerror(-fd));
+    domains.add(d.id, d.path, d.epoch, std::move(place));
   }
   if (!domains.root()) die("state has no root domain");
 

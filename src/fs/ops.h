@@ -4,9 +4,10 @@
 
 namespace fencefs::fs {
 
-// Admits a path operation on `obj` (or on entry `name` below it) with the caller's bound token.
+// Admits a path operation on `obj` (or on entry `name` below it) with the caller's bound token,
+// in the domain obj is in while the admission holds; *where (if given) is that domain.
 int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
-             fence::Admission* out, Epoch stamp = 0);
+             fence::Admission* out, Epoch stamp = 0, Domain** where = nullptr);
 // Admits an operation through an open handle with the token the handle captured.
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out);
 

@@ -64,8 +64,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
   // Only ftruncate(2) passes a handle here; it presents the handle's token.
   Handle* h = fi && handle_of(fi)->writable ? handle_of(fi) : nullptr;
   fence::Admission a;
+  Domain* d = h ? h->domain : nullptr;
   int err = h ? admit_handle(req, *h, "setattr", &a)
-              : admit_at(req, i, nullptr, "setattr", &a, f.stamp_of(i));
+              : admit_at(req, i, nullptr, "setattr", &a, f.stamp_of(i), &d);
   if (err) return (void)fuse_reply_err(req, err);
   std::string path = f.proc_path(i.fd);
   int fd = h ? h->fd : -1;
@@ -99,7 +100,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
     res = fd >= 0 ? futimens(fd, tv) : utimensat(AT_FDCWD, path.c_str(), tv, 0);
     if (res) return (void)fuse_reply_err(req, errno);
   }
-  f.stamp(i, fd, a.token());
+  f.stamp(i, fd, a.token(), *d);
   a = fence::Admission();
   struct stat st;
   err = f.stat_inode(i, &st);
@@ -125,7 +126,8 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   Inode& p = *f.inode(parent);
   if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
-  int err = admit_at(req, p, name, opname, &a);
+  Domain* d = nullptr;
+  int err = admit_at(req, p, name, opname, &a, 0, &d);
   if (err) return (void)fuse_reply_err(req, err);
   int res;
   {
@@ -141,7 +143,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   fuse_entry_param e;
   err = f.do_lookup(parent, name, &e);
   if (err) return (void)fuse_reply_err(req, err);
-  if (S_ISREG(mode)) f.stamp(*f.inode(e.ino), -1, a.token());
+  if (S_ISREG(mode)) f.stamp(*f.inode(e.ino), -1, a.token(), *d);
   fuse_reply_entry(req, &e);
 }
 
@@ -163,34 +165,36 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
   Inode& np = *f.inode(newparent);
   if (is_virtual(i) || is_virtual(np) || f.is_state_name(np, newname))
     return (void)fuse_reply_err(req, EPERM);
-  Domain& di = f.domain_of(i);
-  Domain& dn = f.domain_of(np);
-  // One inode, one domain: its stamps and epoch cannot belong to two (like crossing devices).
-  if (&di != &dn) return (void)fuse_reply_err(req, EXDEV);
   fence::Admission a;
   fence::Op op{"link", {i.fd, nullptr}, {np.fd, newname}};
-  int err =
-      f.fence().admit2(di, f.token_for(req, di), dn, f.token_for(req, dn), f.caller(req), op, &a);
-  if (err) return (void)fuse_reply_err(req, err);
+  for (int tries = 0;; tries++) {
+    Domain& di = f.domain_of(i);
+    Domain& dn = f.domain_of(np);
+    // One inode, one domain: its stamps and epoch cannot belong to two (like crossing devices).
+    if (&di != &dn) return (void)fuse_reply_err(req, EXDEV);
+    int err = f.fence().admit(di, f.token_for(req, di), 0, f.caller(req), op, &a);
+    if (err) return (void)fuse_reply_err(req, err);
+    // A `domain add` may have drawn a boundary between them while this waited for the lock.
+    if (&f.domain_of(i) == &di && &f.domain_of(np) == &dn) break;
+    a = fence::Admission();
+    if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
+  }
   if (linkat(i.fd, "", np.fd, newname, AT_EMPTY_PATH) != 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;
-  err = f.do_lookup(newparent, newname, &e);
+  int err = f.do_lookup(newparent, newname, &e);
   if (err) return (void)fuse_reply_err(req, err);
   fuse_reply_entry(req, &e);
 }
 
 // A domain's root directory is pinned, like a mount point: neither it nor a directory above it
-// can be removed or renamed, since the domain is declared by its path.
+// can be removed or renamed, nor can anything be renamed onto its place, since a domain is the
+// directory at its declared place. Judged by the identity of the entry, never by its path.
 static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
   if (f.fence().domains().size() <= 1) return false;
-  std::string rel = f.fence().describe({parent.fd, name});
-  for (Domain* d : f.fence().domains().all()) {
-    if (d->id == 0) continue;
-    if (d->path == rel || (d->path.size() > rel.size() &&
-                           d->path.compare(0, rel.size(), rel) == 0 && d->path[rel.size()] == '/'))
-      return true;
-  }
-  return false;
+  struct stat st;
+  bool exists = fstatat(parent.fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+  return f.fence().domains().on_place(parent.dev, parent.ino, name, exists ? st.st_dev : 0,
+                                      exists ? st.st_ino : 0);
 }
 
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
@@ -223,24 +227,36 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     return (void)fuse_reply_err(req, EPERM);
   if (holds_domain_root(f, p, name) || holds_domain_root(f, np, newname))
     return (void)fuse_reply_err(req, EBUSY);
-  Domain& d1 = f.domain_of(p);
-  Domain& d2 = f.domain_of(np);
-  if (&d1 != &d2) {
-    // A directory's files carry stamps of their domain's epochs: moving a tree across domains
-    // is a copy (EXDEV, as across devices; mv falls back to copying). A file moves and is
-    // restamped below. An exchange would move two entries: EXDEV too.
-    struct stat st;
-    if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return (void)fuse_reply_err(req, errno);
-    if (S_ISDIR(st.st_mode) || (flags & RENAME_EXCHANGE)) return (void)fuse_reply_err(req, EXDEV);
-  }
   fence::Admission a;
   fence::Op op{"rename", {p.fd, name}, {np.fd, newname}};
-  Epoch t2 = f.token_for(req, d2);
-  Epoch t1 = &d1 == &d2 ? t2 : f.token_for(req, d1);
-  int err = f.fence().admit2(d1, t1, d2, t2, f.caller(req), op, &a);
-  if (err) return (void)fuse_reply_err(req, err);
+  Domain* d1 = nullptr;
+  Domain* d2 = nullptr;
+  Epoch t2 = 0;
+  for (int tries = 0;; tries++) {
+    d1 = &f.domain_of(p);
+    d2 = &f.domain_of(np);
+    if (d1 != d2) {
+      // A directory's files carry stamps of their domain's epochs: moving a tree across domains
+      // is a copy (EXDEV, as across devices; mv falls back to copying). A file moves and is
+      // restamped below, unless it has other names, which would stay in the old domain (one
+      // inode, one domain). An exchange would move two entries: EXDEV too.
+      struct stat st;
+      if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return (void)fuse_reply_err(req, errno);
+      if (S_ISDIR(st.st_mode) || st.st_nlink > 1 || (flags & RENAME_EXCHANGE))
+        return (void)fuse_reply_err(req, EXDEV);
+    }
+    t2 = f.token_for(req, *d2);
+    Epoch t1 = d1 == d2 ? t2 : f.token_for(req, *d1);
+    int err = f.fence().admit2(*d1, t1, *d2, t2, f.caller(req), op, &a);
+    if (err) return (void)fuse_reply_err(req, err);
+    // A `domain add` may have drawn a boundary here while this waited for the locks.
+    if (&f.domain_of(p) == d1 && &f.domain_of(np) == d2) break;
+    a = fence::Admission();
+    if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
+  }
   if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
-  if (&d1 != &d2) f.moved_across_domains(np, newname, d2, t2);
+  f.renamed(p, name, np, newname, flags, d1 != d2 ? d2 : nullptr, t2);
   fuse_reply_err(req, 0);
 }
 

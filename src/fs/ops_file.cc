@@ -1,10 +1,12 @@
 // File data: open and create capture the caller's token in the handle; every later mutation
 // through the handle presents that token.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <shared_mutex>
 
 #include "fencefs/ioctl.h"
 #include "fs/ops.h"
@@ -12,21 +14,63 @@
 namespace fencefs::fs {
 
 int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
-             fence::Admission* out, Epoch stamp) {
+             fence::Admission* out, Epoch stamp, Domain** where) {
   Fs& f = fs(req);
-  Domain& d = f.domain_of(obj);
   fence::Op op{opname, {obj.fd, name}, {}};
-  return f.fence().admit(d, f.token_for(req, d), stamp, f.caller(req), op, out);
+  for (int tries = 0; tries < 4; tries++) {
+    Domain& d = f.domain_of(obj);
+    int err = f.fence().admit(d, f.token_for(req, d), stamp, f.caller(req), op, out);
+    if (err) return err;
+    // `domain add` holds the parent domain exclusively while it declares: once admitted, obj's
+    // domain cannot change under us, but it may have changed while we waited. Judge it anew.
+    if (&f.domain_of(obj) == &d) {
+      if (where) *where = &d;
+      return 0;
+    }
+    *out = fence::Admission();
+  }
+  return ESTALE;
+}
+
+// A handle carries a token of the domain its file was in at open. When the file is in another
+// domain now (`domain add` above it, or renamed across), that token says nothing there: the
+// handle is refused for good, like a superseded one; opening the file again binds it anew.
+static int refuse_moved(fuse_req_t req, Handle& h, Domain& now, const char* opname) {
+  Fs& f = fs(req);
+  audit::Event e;
+  e.op = opname;
+  e.decision = "refused";
+  e.reason = fence::reason_name(fence::Reason::Stale);
+  e.domain = now.path;
+  e.path = f.fence().describe({h.fd, nullptr});
+  e.token = std::to_string(h.token.load());
+  e.epoch_before = e.epoch_after = now.epoch.load();
+  e.err = ESTALE;
+  e.message =
+      fmt::format("handle opened in domain {}; the file is in domain {} now: open it again there",
+                  h.domain->path, now.path);
+  if (f.fence().audit(std::move(e), f.caller(req)) != audit::Log::Outcome::kRepeat)
+    now.refused[static_cast<int>(fence::Reason::Stale)].fetch_add(1, std::memory_order_relaxed);
+  h.stale = true;
+  return ESTALE;
 }
 
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out) {
   Fs& f = fs(req);
+  if (Domain& now = f.domain_of(*h.inode); &now != h.domain)
+    return refuse_moved(req, h, now, opname);
   fence::Op op{opname, {h.fd, nullptr}, {}};
   int err = f.fence().admit(*h.domain, h.token.load(), 0, f.caller(req), op, out);
   if (err == ESTALE) h.stale = true;
-  if (!err && f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token());
-  if (!err) h.dirty.store(true, std::memory_order_relaxed);
-  return err;
+  if (err) return err;
+  // Checked again under the admission: the file may have moved while this waited for the lock.
+  if (Domain& now = f.domain_of(*h.inode); &now != h.domain) {
+    *out = fence::Admission();
+    return refuse_moved(req, h, now, opname);
+  }
+  if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
+  h.dirty.store(true, std::memory_order_relaxed);
+  return 0;
 }
 
 static bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
@@ -58,7 +102,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fence::Admission a;
   Epoch token = 0;
   if (writable) {
-    int err = admit_at(req, i, nullptr, "open", &a, f.stamp_of(i));
+    int err = admit_at(req, i, nullptr, "open", &a, f.stamp_of(i), &d);
     if (err) return (void)fuse_reply_err(req, err);
     token = a.token();
   }
@@ -74,7 +118,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fd < 0) return (void)fuse_reply_err(req, errno);
   Handle* h = new_handle(fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
-    f.stamp(i, fd, token);
+    f.stamp(i, fd, token, *d);
     h->dirty = true;
   }
   a = fence::Admission();
@@ -93,7 +137,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   Inode& p = *f.inode(parent);
   if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
-  int err = admit_at(req, p, name, "create", &a);
+  Domain* d = nullptr;
+  int err = admit_at(req, p, name, "create", &a, 0, &d);
   if (err) return (void)fuse_reply_err(req, err);
   int fd;
   {
@@ -113,10 +158,9 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     return (void)fuse_reply_err(req, err);
   }
   Inode& i = *f.inode(e.ino);
-  // The stamp is written when the handle closes (dirty); until then the epoch is known here.
-  Epoch unknown = kStampUnknown;
-  i.stamp.compare_exchange_strong(unknown, a.token());
-  Handle* h = new_handle(fd, i, &f.domain_of(p), a.token(), true);
+  // Stamped now, under the admission: a holder superseded before it closes does not restamp.
+  f.stamp(i, fd, a.token(), *d);
+  Handle* h = new_handle(fd, i, d, a.token(), true);
   h->dirty = true;
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
@@ -185,7 +229,14 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Fs& f = fs(req);
   Handle* h = handle_of(fi);
-  if (h->inode->kind == Kind::Real && h->dirty.load()) f.stamp(*h->inode, h->fd, h->token.load());
+  if (h->inode->kind == Kind::Real && h->dirty.load() && !h->stale.load()) {
+    // The stamp is a mutation like any other: written only while the handle's token is still
+    // the epoch of the file's domain, and under its shared lock so no advance passes between.
+    Domain& d = *h->domain;
+    std::shared_lock lk(d.mu);
+    if (h->token.load() == d.epoch.load() && &f.domain_of(*h->inode) == &d)
+      f.stamp(*h->inode, h->fd, h->token.load(), d);
+  }
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   delete h;

@@ -32,11 +32,12 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
   Inode& i = *f.inode(ino);
   if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
-  int err = admit_at(req, i, nullptr, "setxattr", &a, f.stamp_of(i));
+  Domain* d = nullptr;
+  int err = admit_at(req, i, nullptr, "setxattr", &a, f.stamp_of(i), &d);
   if (err) return (void)fuse_reply_err(req, err);
   if (setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) != 0)
     return (void)fuse_reply_err(req, errno);
-  f.stamp(i, -1, a.token());
+  f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
 }
 
@@ -45,10 +46,11 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Inode& i = *f.inode(ino);
   if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
-  int err = admit_at(req, i, nullptr, "removexattr", &a, f.stamp_of(i));
+  Domain* d = nullptr;
+  int err = admit_at(req, i, nullptr, "removexattr", &a, f.stamp_of(i), &d);
   if (err) return (void)fuse_reply_err(req, err);
   if (removexattr(f.proc_path(i.fd).c_str(), name) != 0) return (void)fuse_reply_err(req, errno);
-  f.stamp(i, -1, a.token());
+  f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
 }
 
