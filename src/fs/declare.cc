@@ -26,6 +26,7 @@ struct Links {
 
 struct Scan {
   fence::DomainTable& domains;
+  dev_t dev;       // of the new domain's root: a file system mounted below is wholly inside it
   uint32_t owner;  // the domain the scanned files are in until the declaration
   bool stamps;
   std::map<std::pair<dev_t, ino_t>, Links> links;
@@ -66,7 +67,8 @@ void walk(Scan& sc, int dfd, const std::string& rel) {
     if (fstatat(dirfd(dp), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     std::string child = rel + "/" + e->d_name;
     if (S_ISDIR(st.st_mode)) {
-      if (sc.domains.by_root_inode(st.st_dev, st.st_ino)) continue;
+      // Hard links never cross file systems; the mount itself may sit below BACKING.
+      if (st.st_dev != sc.dev || sc.domains.by_root_inode(st.st_dev, st.st_ino)) continue;
       int cfd = openat(dirfd(dp), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (cfd < 0) {
         sc.err = errno;
@@ -118,7 +120,7 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
   // Nothing is admitted in the owner while its tree is scanned and split: no link or rename can
   // cross the new boundary between the check and the declaration.
   std::unique_lock lk(owner->mu);
-  Scan sc{table, owner->id, opts_.stamps, {}, {}, 0};
+  Scan sc{table, place.back().dev, owner->id, opts_.stamps, {}, {}, 0};
   walk(sc, dfd, rel);
   if (sc.err) {
     *why = fmt::format("cannot scan {}: {}", rel, strerror(sc.err));

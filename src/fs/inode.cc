@@ -204,11 +204,18 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   // A directory found where a domain's place leads, other than the one recorded there, was
   // replaced (or created) in BACKING: the place, and so the domain, now leads through it.
   if (S_ISDIR(st.st_mode) && fence_.domains().size() > 1) {
-    for (Domain* d : fence_.domains().follow(p.dev, p.ino, name, st.st_dev, st.st_ino))
-      log::warn(
-          "domain {}: a new directory is at its place (replaced in BACKING?); it is the "
-          "domain now",
-          d->path);
+    for (Domain* d : fence_.domains().follow(p.dev, p.ino, name, st.st_dev, st.st_ino)) {
+      audit::Event ev;
+      ev.op = "domain_root";
+      ev.decision = "info";
+      ev.domain = d->path;
+      ev.epoch_before = ev.epoch_after = d->epoch.load();
+      ev.message =
+          "a new directory is at the domain's path (replaced in BACKING?); it is the "
+          "domain now";
+      log::warn("domain {}: {}", d->path, ev.message);
+      fence_.audit(std::move(ev), fence::Caller{});
+    }
   }
   std::unique_lock lk(table_mu_);
   auto [it, inserted] = table_.try_emplace({st.st_ino, st.st_dev});

@@ -284,6 +284,8 @@ TEST(Domains, RootReplacedInBackingStaysTheDomain) {
             }));
   ASSERT_EQ(0, sh("rm -rf '" + m.bpath("a") + "' && mkdir '" + m.bpath("a") + "'"));
   EXPECT_EQ("/a", xattr(m.path("a"), "user.fencefs.domain"));
+  EXPECT_NE(std::string::npos, slurp(m.bpath(".fencefs/audit.log")).find("\"domain_root\""))
+      << "the operator learns that the domain's directory was replaced";
   EXPECT_EQ(EPERM, as_job(m, 5, [&] { return E(mkdir(m.path("a/x").c_str(), 0755)); }));
   EXPECT_EQ(0, in_child([&] {
               if (m.ctl("bind /a 1")) return 99;
