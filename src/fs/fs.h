@@ -110,9 +110,9 @@ class Fs {
   // anything else belongs to its parent's domain, found by walking parents in the table when
   // domains changed. Never from a path read back.
   Domain& domain_of(Inode& i);
-  // The inode's stamp as evidence in its current domain: 0 when none, or when another domain
-  // issued it. fd: an open fd of it, or -1.
-  Epoch stamp_of(Inode& i, int fd = -1);
+  // The inode's stamp as evidence in domain `in` (default: its current domain): 0 when none, or
+  // when another domain issued it. fd: an open fd of it, or -1.
+  Epoch stamp_of(Inode& i, int fd = -1, const Domain* in = nullptr);
   // Records epoch `e` of domain d (and current size/mtime) as the inode's stamp. fd: real or -1.
   void stamp(Inode& i, int fd, Epoch e, const Domain& d);
 

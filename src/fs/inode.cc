@@ -337,9 +337,9 @@ void Fs::load_stamp_locked(Inode& i, int fd) {
   i.stamp.store(e, std::memory_order_release);
 }
 
-Epoch Fs::stamp_of(Inode& i, int fd) {
+Epoch Fs::stamp_of(Inode& i, int fd, const Domain* in) {
   if (i.type != S_IFREG) return 0;
-  Domain& d = domain_of(i);
+  const Domain& d = in ? *in : domain_of(i);
   std::lock_guard lk(inode_mutex(i));
   load_stamp_locked(i, fd);
   uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);

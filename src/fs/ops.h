@@ -6,8 +6,9 @@ namespace fencefs::fs {
 
 // Admits a path operation on `obj` (or on entry `name` below it) with the caller's bound token,
 // in the domain obj is in while the admission holds; *where (if given) is that domain.
+// stamped: obj's stamp in that domain counts as evidence of a rollback.
 int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
-             fence::Admission* out, Epoch stamp = 0, Domain** where = nullptr);
+             fence::Admission* out, bool stamped = false, Domain** where = nullptr);
 // Admits an operation through an open handle with the token the handle captured.
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out);
 

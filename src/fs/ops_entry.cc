@@ -65,8 +65,8 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
   Handle* h = fi && handle_of(fi)->writable ? handle_of(fi) : nullptr;
   fence::Admission a;
   Domain* d = h ? h->domain : nullptr;
-  int err = h ? admit_handle(req, *h, "setattr", &a)
-              : admit_at(req, i, nullptr, "setattr", &a, f.stamp_of(i), &d);
+  int err =
+      h ? admit_handle(req, *h, "setattr", &a) : admit_at(req, i, nullptr, "setattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
   std::string path = f.proc_path(i.fd);
   int fd = h ? h->fd : -1;
@@ -127,7 +127,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
   Domain* d = nullptr;
-  int err = admit_at(req, p, name, opname, &a, 0, &d);
+  int err = admit_at(req, p, name, opname, &a, false, &d);
   if (err) return (void)fuse_reply_err(req, err);
   int res;
   {

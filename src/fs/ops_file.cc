@@ -14,11 +14,12 @@
 namespace fencefs::fs {
 
 int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
-             fence::Admission* out, Epoch stamp, Domain** where) {
+             fence::Admission* out, bool stamped, Domain** where) {
   Fs& f = fs(req);
   fence::Op op{opname, {obj.fd, name}, {}};
   for (int tries = 0; tries < 4; tries++) {
     Domain& d = f.domain_of(obj);
+    Epoch stamp = stamped ? f.stamp_of(obj, -1, &d) : 0;
     int err = f.fence().admit(d, f.token_for(req, d), stamp, f.caller(req), op, out);
     if (err) return err;
     // `domain add` holds the parent domain exclusively while it declares: once admitted, obj's
@@ -102,7 +103,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fence::Admission a;
   Epoch token = 0;
   if (writable) {
-    int err = admit_at(req, i, nullptr, "open", &a, f.stamp_of(i), &d);
+    int err = admit_at(req, i, nullptr, "open", &a, true, &d);
     if (err) return (void)fuse_reply_err(req, err);
     token = a.token();
   }
@@ -138,7 +139,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (is_virtual(p) || f.is_state_name(p, name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
   Domain* d = nullptr;
-  int err = admit_at(req, p, name, "create", &a, 0, &d);
+  int err = admit_at(req, p, name, "create", &a, false, &d);
   if (err) return (void)fuse_reply_err(req, err);
   int fd;
   {

@@ -33,7 +33,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
   if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
   Domain* d = nullptr;
-  int err = admit_at(req, i, nullptr, "setxattr", &a, f.stamp_of(i), &d);
+  int err = admit_at(req, i, nullptr, "setxattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
   if (setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) != 0)
     return (void)fuse_reply_err(req, errno);
@@ -47,7 +47,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
   fence::Admission a;
   Domain* d = nullptr;
-  int err = admit_at(req, i, nullptr, "removexattr", &a, f.stamp_of(i), &d);
+  int err = admit_at(req, i, nullptr, "removexattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
   if (removexattr(f.proc_path(i.fd).c_str(), name) != 0) return (void)fuse_reply_err(req, errno);
   f.stamp(i, -1, a.token(), *d);
