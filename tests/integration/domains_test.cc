@@ -345,3 +345,71 @@ TEST(Domains, SupersededCloseDoesNotRestamp) {
   EXPECT_EQ(1, st) << out;
   EXPECT_NE(std::string::npos, out.find("changed outside fencefs")) << out;
 }
+
+// The table follows renames: a directory moved (within a domain) under a path that is then
+// declared a domain belongs to it, cached inodes and open handles included.
+TEST(Domains, MovedDirectoryTakesTheDomainDeclaredAboveIt) {
+  Mount m;
+  ASSERT_EQ(0, as_job(m, 5, [&] {
+              if (mkdir(m.path("x").c_str(), 0755) || mkdir(m.path("x/sub").c_str(), 0755) ||
+                  mkdir(m.path("a").c_str(), 0755))
+                return 1;
+              return write_at(AT_FDCWD, m.path("x/sub/f").c_str(), "x");
+            }));
+  int sub = open(m.path("x/sub").c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(sub, 0);
+  ASSERT_EQ(0, as_job(m, 5, [&] { return E(rename(m.path("x").c_str(), m.path("a/x").c_str())); }));
+  ASSERT_EQ(0, m.ctl("domain add /a"));
+  EXPECT_EQ("/a", fxattr(sub, "user.fencefs.domain"));
+  EXPECT_EQ(EPERM, as_job(m, 5, [&] { return write_at(sub, "f", "y"); }));
+  EXPECT_EQ(EPERM, as_job(m, 5, [&] { return write_at(sub, "g", "y"); }));
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind /a 1")) return 99;
+              return write_at(sub, "f", "y");
+            }));
+  EXPECT_EQ("xy", slurp(m.bpath("a/x/sub/f")));
+  close(sub);
+}
+
+// `domain add` under load: writers through handles of the parent domain keep writing into the
+// tree until the declaration; once it has returned, not one more byte of theirs lands.
+TEST(Domains, NothingOfTheParentLandsAfterDomainAdd) {
+  Mount m;
+  ASSERT_EQ(0, as_job(m, 5, [&] { return E(mkdir(m.path("a").c_str(), 0755)); }));
+  constexpr int kWriters = 4;
+  int ready[2];
+  ASSERT_EQ(0, pipe(ready));
+  std::vector<pid_t> writers;
+  for (int w = 0; w < kWriters; w++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      if (m.ctl("bind / 5")) _exit(90);
+      std::string p = m.path("a/w" + std::to_string(w));
+      int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd < 0) _exit(91);
+      if (write(ready[1], "r", 1) != 1) _exit(92);
+      // Bounded, so that a daemon that never refuses fails the test instead of hanging it.
+      for (long n = 0; n < 2000000; n++)
+        if (write(fd, "w", 1) != 1) _exit(errno == ESTALE ? 0 : 93);
+      _exit(94);
+    }
+    writers.push_back(pid);
+  }
+  char c;
+  for (int w = 0; w < kWriters; w++) ASSERT_EQ(1, read(ready[0], &c, 1));
+  usleep(100 * 1000);
+  ASSERT_EQ(0, m.ctl("domain add /a"));
+  std::vector<size_t> at_add;
+  for (int w = 0; w < kWriters; w++)
+    at_add.push_back(slurp(m.bpath("a/w" + std::to_string(w))).size());
+  for (pid_t pid : writers) {
+    int st;
+    waitpid(pid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "writer exit " << WEXITSTATUS(st);
+  }
+  for (int w = 0; w < kWriters; w++) {
+    size_t now = slurp(m.bpath("a/w" + std::to_string(w))).size();
+    EXPECT_GT(at_add[w], 0u);
+    EXPECT_EQ(at_add[w], now) << "writer " << w << " landed bytes after domain add returned";
+  }
+}
