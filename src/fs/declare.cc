@@ -110,16 +110,21 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
     return open_err;
   }
   // The domain the tree is carved out of: the deepest one rooted on the way to it.
-  Domain* owner = table.root();
-  for (size_t k = place.size() - 1; k-- > 0;) {
-    if (Domain* d = table.by_root_inode(place[k].dev, place[k].ino)) {
-      owner = d;
-      break;
-    }
-  }
+  auto owner_of = [&] {
+    for (size_t k = place.size() - 1; k-- > 0;)
+      if (Domain* d = table.by_root_inode(place[k].dev, place[k].ino)) return d;
+    return table.root();
+  };
   // Nothing is admitted in the owner while its tree is scanned and split: no link or rename can
-  // cross the new boundary between the check and the declaration.
+  // cross the new boundary between the check and the declaration. (Checked again once locked:
+  // another `domain add` may have declared a deeper owner meanwhile.)
+  Domain* owner = owner_of();
   std::unique_lock lk(owner->mu);
+  while (owner_of() != owner) {
+    lk.unlock();
+    owner = owner_of();
+    lk = std::unique_lock(owner->mu);
+  }
   Scan sc{table, place.back().dev, owner->id, opts_.stamps, {}, {}, 0};
   walk(sc, dfd, rel);
   if (sc.err) {
