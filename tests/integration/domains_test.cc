@@ -2,6 +2,7 @@
 // belongs to one domain, domains are known by identity (never by a path read back), a new
 // domain starts clean, a replaced domain root stays the domain, a superseded close does not
 // restamp.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -10,8 +11,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -412,4 +419,163 @@ TEST(Domains, NothingOfTheParentLandsAfterDomainAdd) {
     EXPECT_GT(at_add[w], 0u);
     EXPECT_EQ(at_add[w], now) << "writer " << w << " landed bytes after domain add returned";
   }
+}
+
+namespace {
+
+// Every regular file below dir: inode -> (path, content).
+void collect(const std::string& dir, std::map<ino_t, std::pair<std::string, std::string>>* out) {
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == ".." || n == ".fencefs") continue;
+    std::string p = dir + "/" + n;
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode))
+      collect(p, out);
+    else if (S_ISREG(st.st_mode))
+      (*out)[st.st_ino] = {p, slurp(p)};
+  }
+  closedir(d);
+}
+
+struct Snapshot {
+  std::string domain;  // advanced domain ("" for the domain add below)
+  uint64_t epoch = 0;  // its epoch after the advance
+  std::map<ino_t, size_t> sizes;
+};
+
+Snapshot snapshot(const Mount& m, const std::string& domain, uint64_t epoch) {
+  Snapshot s{domain, epoch, {}};
+  std::map<ino_t, std::pair<std::string, std::string>> files;
+  collect(m.backing(), &files);
+  for (auto& [ino, f] : files) s.sizes[ino] = f.second.size();
+  return s;
+}
+
+}  // namespace
+
+// Randomized: writers in several domains (each record tagged with the domain and token it was
+// written under), SIGSTOP/SIGCONT storms, advances, renames across domains and a `domain add`
+// during the load. Checked afterwards: once an advance of D to N+1 returned, no record written
+// with a token of D below N+1 landed; once the domain add returned, no record of "/" landed in
+// the new domain.
+TEST(Domains, RandomizedStressNoSupersededRecordLands) {
+  Mount m;
+  const std::vector<std::string> dirs = {"", "d0", "d1", "d2", "n0"};
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              for (size_t k = 1; k < dirs.size(); k++)
+                if (mkdir(m.path(dirs[k]).c_str(), 0755)) return 1;
+              return 0;
+            }));
+  for (const char* d : {"/d0", "/d1", "/d2"}) ASSERT_EQ(0, m.ctl(std::string("domain add ") + d));
+  unsigned seed = static_cast<unsigned>(time(nullptr));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  constexpr int kWriters = 6;
+  std::vector<pid_t> writers;
+  for (int w = 0; w < kWriters; w++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::mt19937 rng(seed * 31 + w);
+      auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      for (int k = 0; std::chrono::steady_clock::now() < end; k++) {
+        const std::string& dir = dirs[rng() % dirs.size()];
+        std::string dpath = dir.empty() ? m.mnt() : m.path(dir);
+        std::string dom = xattr(dpath, "user.fencefs.domain");
+        std::string epoch = xattr(dpath, "user.fencefs.epoch");
+        if (dom.rfind("ERR:", 0) == 0 || epoch.rfind("ERR:", 0) == 0) continue;
+        if (m.ctl("bind " + dom + " " + (epoch == "0" ? "1" : epoch))) continue;
+        std::string f = dpath + "/w" + std::to_string(w) + "-" + std::to_string(k);
+        int fd = open(f.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd < 0) continue;
+        std::string rec = dom + " " + (epoch == "0" ? "1" : epoch) + "\n";
+        for (int r = 0; r < 200; r++)
+          if (write(fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) break;
+        close(fd);
+      }
+      _exit(0);
+    }
+    writers.push_back(pid);
+  }
+  std::mt19937 rng(seed);
+  std::vector<Snapshot> snaps;
+  bool added = false;
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (int step = 0; std::chrono::steady_clock::now() < end; step++) {
+    int action = static_cast<int>(rng() % 4);
+    if (!added && step >= 20) {
+      ASSERT_EQ(0, m.ctl("domain add /n0"));
+      snaps.push_back(snapshot(m, "", 0));
+      added = true;
+    } else if (action == 0) {
+      const std::string& dir = dirs[rng() % 4];
+      std::string dom = dir.empty() ? "/" : "/" + dir;
+      uint64_t e = std::stoull(xattr(dir.empty() ? m.mnt() : m.path(dir), "user.fencefs.epoch"));
+      if (m.ctl("advance " + dom + " " + std::to_string(e + 1)) == 0)
+        snaps.push_back(snapshot(m, dom, e + 1));
+    } else if (action == 1) {
+      pid_t victim = writers[rng() % writers.size()];
+      kill(victim, SIGSTOP);
+      usleep(static_cast<useconds_t>(rng() % 20000));
+      kill(victim, SIGCONT);
+    } else if (action == 2) {
+      // Move a writer's file across domains (d0..d2 and /), as an owner of both.
+      const std::string& from = dirs[rng() % 4];
+      const std::string& to = dirs[rng() % 4];
+      std::string fdir = from.empty() ? m.mnt() : m.path(from);
+      std::string tdir = to.empty() ? m.mnt() : m.path(to);
+      in_child([&] {
+        for (const std::string& d : {from, to}) {
+          std::string p = d.empty() ? m.mnt() : m.path(d);
+          std::string e = xattr(p, "user.fencefs.epoch");
+          if (m.ctl("bind " + xattr(p, "user.fencefs.domain") + " " + (e == "0" ? "1" : e)))
+            return 1;
+        }
+        DIR* dp = opendir(fdir.c_str());
+        if (!dp) return 2;
+        std::string pick;
+        while (dirent* e = readdir(dp))
+          if (e->d_name[0] == 'w') pick = e->d_name;
+        closedir(dp);
+        if (!pick.empty()) rename((fdir + "/" + pick).c_str(), (tdir + "/m" + pick).c_str());
+        return 0;
+      });
+    } else {
+      usleep(2000);
+    }
+  }
+  for (pid_t pid : writers) {
+    kill(pid, SIGCONT);
+    int st;
+    waitpid(pid, &st, 0);
+  }
+  ASSERT_TRUE(added);
+  std::map<ino_t, std::pair<std::string, std::string>> final_files;
+  collect(m.backing(), &final_files);
+  size_t checked = 0, violations = 0;
+  for (const Snapshot& s : snaps) {
+    for (auto& [ino, f] : final_files) {
+      auto it = s.sizes.find(ino);
+      size_t from = it == s.sizes.end() ? 0 : it->second;
+      std::istringstream later(f.second.substr(std::min(from, f.second.size())));
+      std::string dom, tok;
+      while (later >> dom >> tok) {
+        checked++;
+        bool bad = s.domain.empty() ? dom == "/" && f.first.rfind(m.bpath("n0/"), 0) == 0
+                                    : dom == s.domain && std::stoull(tok) < s.epoch;
+        if (bad && violations++ < 5)
+          ADD_FAILURE() << f.first << ": record '" << dom << " " << tok << "' landed after "
+                        << (s.domain.empty()
+                                ? "domain add /n0"
+                                : "advance " + s.domain + " " + std::to_string(s.epoch));
+      }
+    }
+  }
+  std::cout << snaps.size() << " snapshots, " << final_files.size() << " files, " << checked
+            << " record checks\n";
+  EXPECT_EQ(0u, violations);
+  EXPECT_GT(snaps.size(), 2u);
+  EXPECT_GT(checked, 0u);
 }
