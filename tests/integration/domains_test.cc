@@ -491,8 +491,11 @@ TEST(Domains, RandomizedStressNoSupersededRecordLands) {
         int fd = open(f.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd < 0) continue;
         std::string rec = dom + " " + (epoch == "0" ? "1" : epoch) + "\n";
-        for (int r = 0; r < 200; r++)
+        // Long-lived handles: many are open across an advance or the domain add.
+        for (int r = 0; r < 400; r++) {
           if (write(fd, rec.data(), rec.size()) != static_cast<ssize_t>(rec.size())) break;
+          if (r % 4 == 0) usleep(1000);
+        }
         close(fd);
       }
       _exit(0);
