@@ -582,3 +582,20 @@ TEST(Domains, RandomizedStressNoSupersededRecordLands) {
   EXPECT_GT(snaps.size(), 2u);
   EXPECT_GT(checked, 0u);
 }
+
+// The operator may re-declare a domain whose directory was replaced: `domain add` of its path
+// binds it to the directory there now (the epoch stays).
+TEST(Domains, RedeclaringADomainRebindsIt) {
+  Mount m({"-o", "timeout=0"});  // the kernel sees the change in BACKING at once
+  ASSERT_EQ(0, as_job(m, 5, [&] { return E(mkdir(m.path("a").c_str(), 0755)); }));
+  ASSERT_EQ(0, m.ctl("domain add /a"));
+  EXPECT_EQ(EEXIST, m.ctl("domain add /a"));
+  ASSERT_EQ(0, m.ctl("advance /a 4"));
+  ASSERT_EQ(
+      0, sh("mv '" + m.bpath("a") + "' '" + m.bpath("old") + "' && mkdir '" + m.bpath("a") + "'"));
+  EXPECT_EQ(0, m.ctl("domain add /a"));
+  EXPECT_EQ("/a", xattr(m.path("a"), "user.fencefs.domain"));
+  EXPECT_EQ("4", xattr(m.path("a"), "user.fencefs.epoch"));
+  EXPECT_EQ("/", xattr(m.path("old"), "user.fencefs.domain"));
+  EXPECT_EQ(EPERM, as_job(m, 5, [&] { return E(mkdir(m.path("a/x").c_str(), 0755)); }));
+}
