@@ -49,17 +49,22 @@ TEST(Revocation, AdvanceIsNotStarvedByOverlappingWriters) {
   if (holder == 0) {
     close(ready[0]);
     if (m.ctl("bind / 1")) _exit(10);
-    int fd = open(m.path("data").c_str(), O_WRONLY | O_CREAT, 0644);
-    if (fd < 0 || write(fd, "x", 1) != 1) _exit(11);
+    // One file per thread: the kernel serializes direct-I/O writes to one file, not to several.
+    int fds[8];
+    for (int k = 0; k < 8; k++) {
+      fds[k] = open(m.path("data" + std::to_string(k)).c_str(), O_WRONLY | O_CREAT | O_DSYNC,
+                    0644);
+      if (fds[k] < 0 || write(fds[k], "x", 1) != 1) _exit(11);
+    }
     std::atomic<int> refused{0}, other{0};
     std::atomic<uint64_t> writes{0};
     std::vector<std::thread> threads;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (int k = 0; k < 8; k++) {
       threads.emplace_back([&, k] {
-        std::string buf(256 << 10, static_cast<char>('a' + k));
+        std::string buf(1 << 20, static_cast<char>('a' + k));
         while (std::chrono::steady_clock::now() < deadline) {
-          ssize_t n = pwrite(fd, buf.data(), buf.size(), static_cast<off_t>(k) * buf.size());
+          ssize_t n = pwrite(fds[k], buf.data(), buf.size(), 0);
           if (n < 0) {
             (errno == ESTALE ? refused : other)++;
             return;
