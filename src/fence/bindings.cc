@@ -4,7 +4,7 @@ namespace fencefs::fence {
 namespace {
 
 constexpr size_t kMaxCache = 4096;    // cached threads
-constexpr size_t kMaxHandles = 8192;  // process handles (fds) the cache may hold in all
+constexpr size_t kMaxHandles = 4096;  // fds the cache may hold in all (as many as before)
 constexpr size_t kMaxWatched = 256;   // a longer chain is resolved afresh on every call
 constexpr int kMaxReparentRetries = 16;
 

@@ -149,7 +149,7 @@ TEST(Bindings, CacheHandlesAreBoundedAndReleased) {
       EXPECT_EQ(1u, b.resolve(leaf, 0));
       p.exit(leaf);
     }
-    EXPECT_LE(b.cached_handles(), 8192u);
+    EXPECT_LE(b.cached_handles(), 4096u);
     EXPECT_EQ(p.open_handles(), b.cached_handles()) << "nothing else left open";
   }
   EXPECT_EQ(0u, p.open_handles());
