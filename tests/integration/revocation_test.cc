@@ -52,8 +52,7 @@ TEST(Revocation, AdvanceIsNotStarvedByOverlappingWriters) {
     // One file per thread: the kernel serializes direct-I/O writes to one file, not to several.
     int fds[8];
     for (int k = 0; k < 8; k++) {
-      fds[k] = open(m.path("data" + std::to_string(k)).c_str(), O_WRONLY | O_CREAT | O_DSYNC,
-                    0644);
+      fds[k] = open(m.path("data" + std::to_string(k)).c_str(), O_WRONLY | O_CREAT | O_DSYNC, 0644);
       if (fds[k] < 0 || write(fds[k], "x", 1) != 1) _exit(11);
     }
     std::atomic<int> refused{0}, other{0};
@@ -170,4 +169,32 @@ TEST(Revocation, ReparentedChildPresentsNoToken) {
   EXPECT_EQ('k', r) << "a: before failed? b: the bound child could not create; w: the "
                        "reparented child still wrote with its dead parent's token; e: other error";
   EXPECT_EQ(-1, access(m.path("after").c_str(), F_OK));
+}
+
+// A process that gets a dead binder's pid (here at once, likely within the same clock tick of
+// the binder's start time) is another process and presents no token.
+TEST(Revocation, RecycledPidPresentsNoToken) {
+  Mount m;
+  int recycled = 0;
+  for (int attempt = 0; attempt < 100 && recycled < 5; attempt++) {
+    pid_t binder = fork();
+    if (binder == 0) _exit(m.ctl("bind / 1") ? 1 : 0);
+    int st;
+    waitpid(binder, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    // The next fork of this pid namespace gets the binder's pid, unless another one is faster.
+    spit("/proc/sys/kernel/ns_last_pid", std::to_string(binder - 1));
+    pid_t again = fork();
+    if (again == 0) {
+      if (getpid() != binder) _exit(200);
+      _exit(E(mkdir(m.path("recycled").c_str(), 0755)));
+    }
+    waitpid(again, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 200) continue;
+    recycled++;
+    EXPECT_EQ(EPERM, WEXITSTATUS(st))
+        << "the process with pid " << binder << " wrote with its dead predecessor's token";
+  }
+  EXPECT_EQ(5, recycled) << "could not get pids recycled";
 }
