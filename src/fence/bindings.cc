@@ -7,6 +7,7 @@ constexpr size_t kMaxCache = 4096;    // cached threads
 constexpr size_t kMaxHandles = 4096;  // fds the cache may hold in all (as many as before)
 constexpr size_t kMaxWatched = 256;   // a longer chain is resolved afresh on every call
 constexpr int kMaxReparentRetries = 16;
+constexpr size_t kPidMaxLimit = 4194304;  // no chain of live processes is longer (PID_MAX_LIMIT)
 
 }  // namespace
 
@@ -117,7 +118,7 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
         keep = chain.size();
       }
     }
-    if (pid == 1) break;
+    if (pid == 1 || chain.size() >= kPidMaxLimit) break;
     auto st = procs_.stat(pid);
     if (!st || st->ppid <= 0) break;
     // Take a handle on the parent, then check it still is the parent: a parent that exits
