@@ -89,12 +89,15 @@ int Bindings::unbind(pid_t tid, uint32_t domain) {
   return 0;
 }
 
-bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch) {
+bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch,
+                    bool* cacheable) {
+  *cacheable = true;
   auto who = procs_.identity(tid);
   if (!who) return false;
   pid_t pid = who->tgid;
   std::vector<int> chain;  // handles of the ancestors of the caller's process, nearest first
   size_t keep = 0;         // chain[0, keep) reaches the farthest ancestor that gave a token
+  size_t visited = 0;
   int retries = 0;
   for (;;) {
     Entry bound;
@@ -118,7 +121,7 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
         keep = chain.size();
       }
     }
-    if (pid == 1 || chain.size() >= kPidMaxLimit) break;
+    if (pid == 1 || ++visited > kPidMaxLimit) break;
     auto st = procs_.stat(pid);
     if (!st || st->ppid <= 0) break;
     // Take a handle on the parent, then check it still is the parent: a parent that exits
@@ -130,9 +133,17 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
       if (!again || ++retries > kMaxReparentRetries) break;
       continue;  // reparented meanwhile: follow the new parent
     }
-    chain.push_back(hp);
+    if (chain.size() >= kMaxWatched) {
+      // Too long to watch: resolved afresh each time, holding one handle at a time.
+      *cacheable = false;
+      procs_.close(chain.back());
+      chain.back() = hp;
+    } else {
+      chain.push_back(hp);
+    }
     pid = st->ppid;
   }
+  if (!*cacheable) keep = 0;
   for (size_t k = keep; k < chain.size(); k++) procs_.close(chain[k]);
   chain.resize(keep);
   *watch = std::move(chain);
@@ -159,10 +170,11 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
   int th = procs_.open(tid, true);
   std::map<uint32_t, Epoch> tokens;
   std::vector<int> watch;
-  bool ok = walk(tid, &tokens, &watch);
+  bool cacheable;
+  bool ok = walk(tid, &tokens, &watch, &cacheable);
   auto t = tokens.find(domain);
   Epoch result = t == tokens.end() ? 0 : t->second;
-  if (th < 0 || !ok || watch.size() >= kMaxWatched) {
+  if (th < 0 || !ok || !cacheable) {
     procs_.close(th);
     for (int h : watch) procs_.close(h);
     return result;

@@ -55,8 +55,9 @@ class Bindings {
     std::map<uint32_t, Epoch> tokens;
   };
   // Resolves the chain of `tid`; *watch receives handles of the processes whose exit changes
-  // the result (caller closes them). False when the caller vanished meanwhile.
-  bool walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch);
+  // the result (caller closes them), unless the chain is too long to watch (*cacheable false).
+  // False when the caller vanished meanwhile.
+  bool walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch, bool* cacheable);
   bool alive_locked(pid_t pid, const Entry& e);
   void sweep_dead_locked();
   void drop_locked(Resolved& r);

@@ -66,6 +66,12 @@ TEST(Bindings, NoDepthLimit) {
   for (int k = 0; k < 1000; k++) cur = p.spawn(cur);
   EXPECT_EQ(4u, b.resolve(cur, 0)) << "1000 levels below the binder";
   EXPECT_EQ(4u, b.resolve(cur, 0)) << "and again, from the cache or afresh";
+  EXPECT_EQ(p.open_handles(), b.cached_handles()) << "a long walk leaves no handle open";
+  pid_t below = p.spawn(p.spawn(top));
+  EXPECT_EQ(4u, b.resolve(below, 0));
+  p.exit(top);
+  EXPECT_EQ(0u, b.resolve(cur, 0)) << "a chain too long to watch is resolved afresh";
+  EXPECT_EQ(0u, b.resolve(below, 0));
 }
 
 TEST(Bindings, RecycledPidNeverInheritsADeadBindersToken) {
