@@ -419,6 +419,10 @@ std::string Fs::render_metrics() {
         "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
         "# TYPE fencefs_audit_write_failures_total counter\n";
     out += fmt::format("fencefs_audit_write_failures_total {}\n", a->failures());
+    out +=
+        "# HELP fencefs_audit_suppressed_total Refusals counted but not recorded one by one "
+        "(rate limit per uid).\n# TYPE fencefs_audit_suppressed_total counter\n";
+    out += fmt::format("fencefs_audit_suppressed_total {}\n", a->suppressed());
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
   out += fmt::format("fencefs_inodes {}\n", n_inodes.load());

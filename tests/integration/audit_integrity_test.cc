@@ -101,6 +101,10 @@ TEST(AuditIntegrity, RefusalsAreRateLimitedPerCallerAndSummarised) {
   // A burst of 200, then 5 per second.
   EXPECT_GE(recorded, 150u);
   EXPECT_LE(recorded, 200u + static_cast<size_t>(5 * secs) + 5) << "of " << refused;
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  EXPECT_NE(std::string::npos,
+            metrics.find("fencefs_audit_suppressed_total " + std::to_string(refused - recorded)))
+      << metrics;
   // Another caller is not affected: root's refusals and advances are still recorded.
   ASSERT_EQ(0, sh(kCtl + " advance --mount '" + m.mnt() + "' / 3 >/dev/null"));
   EXPECT_EQ(EPERM, as_job(m, 0, [&] { return E(mkdir(m.path("x").c_str(), 0755)); }));
