@@ -128,6 +128,12 @@ Decision Fence::decide(RequestKind kind, const Domain& d, Epoch token, bool forc
   return fence::decide(r);
 }
 
+int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
+  Decision dec = decide(RequestKind::Bind, d, token);
+  if (dec.refused()) *why = std::move(dec.message);
+  return dec.err;
+}
+
 int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   Epoch before = d.epoch.load();

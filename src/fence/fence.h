@@ -105,6 +105,8 @@ class Fence {
   // The rule applied to a request of this kind against d's current epoch (decision.h).
   Decision decide(RequestKind kind, const Domain& d, Epoch token, bool force = false,
                   bool stale_handle = false) const;
+  // ERANGE when a bound token would be more than max_jump above d's epoch (decide(Bind)).
+  int check_jump(const Domain& d, Epoch token, std::string* why) const;
 
   // The one way to refuse: logs, audits and counts (per domain and reason, once per refused
   // system call), then returns err. For the FUSE handlers and the control file alike.
