@@ -237,6 +237,9 @@ TEST_F(FenceTest, ControlRefusalsCountAndAuditThroughTheSameFunction) {
   // The bind ioctl and the control file judge tokens by the same rule.
   EXPECT_EQ(ERANGE, fence_->decide(RequestKind::Bind, root(), 101).err);
   EXPECT_EQ(0, fence_->decide(RequestKind::Bind, root(), 100).err);
+  std::string why;
+  EXPECT_EQ(ERANGE, fence_->check_jump(root(), 101, &why));
+  EXPECT_EQ("token 101 is more than max_jump 100 above epoch 0 of domain /", why);
 }
 
 TEST_F(FenceTest, AnEstaleRetriedByTheKernelCountsOnce) {
