@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <unordered_set>
 
 #include "common/log.h"
 #include "common/proc.h"
@@ -19,6 +21,23 @@ namespace fencefs::audit {
 namespace {
 
 constexpr const char* kBase = "audit.log";
+constexpr const char* kEpochs = "epochs.jsonl";
+
+bool append_all(int fd, const std::string& buf, size_t* done, int* err) {
+  *done = 0;
+  *err = 0;
+  while (*done < buf.size()) {
+    ssize_t n = ::write(fd, buf.data() + *done, buf.size() - *done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      *err = errno;
+      return false;
+    }
+    if (n == 0) return false;
+    *done += static_cast<size_t>(n);
+  }
+  return true;
+}
 
 // Length of the valid UTF-8 sequence at s[i], or 0 when it is not one.
 size_t utf8_len(std::string_view s, size_t i) {
@@ -156,13 +175,83 @@ std::string to_json(const Event& e, int64_t unix_ns) {
   return out;
 }
 
+bool is_epoch_change(const Event& e) {
+  return e.decision == "advanced" || e.op == "floor" || e.op == "recover" ||
+         e.decision == "declared";
+}
+
 Log::Log(Options opts) : opts_(std::move(opts)) {
   std::lock_guard lk(mu_);
   if (!open_locked()) failed_locked("open", errno);
 }
 
 Log::~Log() {
+  std::lock_guard lk(mu_);
+  summarize_locked(now_unix_ns(), true);
   if (fd_ >= 0) ::close(fd_);
+  if (epochs_fd_ >= 0) ::close(epochs_fd_);
+}
+
+bool Log::take_locked(uid_t uid, int64_t now) {
+  auto [it, fresh] = buckets_.try_emplace(uid);
+  Bucket& b = it->second;
+  if (fresh) {
+    b.tokens = opts_.refusal_burst;
+    b.last = now;
+  }
+  double refill = static_cast<double>(now - b.last) / 1e9 * opts_.refusal_rate;
+  b.tokens = std::min(opts_.refusal_burst, b.tokens + std::max(0.0, refill));
+  b.last = now;
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return true;
+  }
+  if (b.suppressed++ == 0) b.since = now;
+  suppressed_++;
+  return false;
+}
+
+void Log::summarize_locked(int64_t now, bool all) {
+  for (auto it = buckets_.begin(); it != buckets_.end();) {
+    Bucket& b = it->second;
+    if (b.suppressed && (all || now - b.since >= kSummaryNs)) {
+      Event s;
+      s.op = "audit";
+      s.decision = "info";
+      s.reason = "suppressed";
+      s.pid = getpid();
+      s.uid = it->first;
+      s.message = fmt::format(
+          "{} refusal(s) of uid {} since {} were counted but not recorded one by one (more "
+          "than {} per second)",
+          b.suppressed, it->first, format_time(b.since), opts_.refusal_rate);
+      if (write_locked(to_json(s, now))) b.suppressed = 0;
+    }
+    // Forget callers whose bucket is full again, so the table stays small.
+    double refill = static_cast<double>(now - b.last) / 1e9 * opts_.refusal_rate;
+    if (!b.suppressed && b.tokens + refill >= opts_.refusal_burst && buckets_.size() > 1024)
+      it = buckets_.erase(it);
+    else
+      ++it;
+  }
+}
+
+bool Log::write_epoch_locked(const std::string& line) {
+  if (epochs_fd_ < 0) {
+    std::string path = opts_.dir + "/" + kEpochs;
+    epochs_fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (epochs_fd_ < 0) {
+      failed_locked("open epochs trail", errno);
+      return false;
+    }
+  }
+  size_t done;
+  int err;
+  if (append_all(epochs_fd_, line, &done, &err)) return true;
+  if (done > 0 && ftruncate(epochs_fd_, lseek(epochs_fd_, 0, SEEK_END) - static_cast<off_t>(done)))
+    (void)!::write(epochs_fd_, "\n", 1);  // whole lines only: end the fragment instead
+  failed_locked("write epochs trail", err);
+  return false;
 }
 
 bool Log::open_locked() {
@@ -234,17 +323,7 @@ bool Log::write_locked(const std::string& line) {
   std::string buf = partial_ ? "\n" + line : line;
   size_t done = 0;
   int err = 0;
-  while (done < buf.size()) {
-    ssize_t n = ::write(fd_, buf.data() + done, buf.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      err = errno;
-      break;
-    }
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  if (done == buf.size()) {
+  if (append_all(fd_, buf, &done, &err)) {
     bytes_ += done;
     partial_ = false;
     records_++;
@@ -299,6 +378,10 @@ Log::Outcome Log::record(const Event& in) {
       return Outcome::kRepeat;
     }
   }
+  // The epochs trail first: it never rotates and is what an operator must always find.
+  if (is_epoch_change(e)) write_epoch_locked(line);
+  summarize_locked(now, false);
+  if (e.decision == "refused" && !take_locked(e.uid, now)) return Outcome::kSuppressed;
   if (lost_ > 0) {
     Event gap;
     gap.op = "audit";
@@ -349,6 +432,93 @@ std::vector<std::string> log_files(const std::string& dir) {
   std::vector<std::string> out;
   for (auto& [k, p] : rotated) out.push_back(p);
   if (have_base) out.push_back(dir + "/" + kBase);
+  return out;
+}
+
+std::vector<std::string> for_each_record(
+    const std::string& dir,
+    const std::function<void(const std::string& line, const std::string& where, bool complete)>&
+        fn) {
+  std::vector<std::string> errors;
+  auto read_lines = [&](const std::string& file,
+                        const std::function<void(const std::string&, uint64_t, bool)>& each) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      if (errno != ENOENT) errors.push_back(file + ": " + strerror(errno));
+      return;
+    }
+    std::string line;
+    uint64_t lineno = 0;
+    while (std::getline(in, line)) {
+      lineno++;
+      bool complete = !in.eof();
+      if (!line.empty()) each(line, lineno, complete);
+    }
+  };
+  // Epoch changes still in the logs are shown from there, in place; the others come first (the
+  // logs lost them to rotation, so they are older than anything left there).
+  std::vector<std::pair<std::string, uint64_t>> epochs;
+  std::unordered_set<std::string> pending;
+  read_lines(dir + "/" + kEpochs, [&](const std::string& l, uint64_t n, bool complete) {
+    if (!complete) return;
+    epochs.emplace_back(l, n);
+    pending.insert(l);
+  });
+  std::vector<std::string> logs = log_files(dir);
+  if (!pending.empty()) {
+    for (const std::string& f : logs)
+      read_lines(f, [&](const std::string& l, uint64_t, bool) { pending.erase(l); });
+  }
+  for (auto& [l, n] : epochs)
+    if (pending.count(l)) fn(l, fmt::format("{}/{}:{}", dir, kEpochs, n), true);
+  for (const std::string& f : logs)
+    read_lines(f, [&](const std::string& l, uint64_t n, bool complete) {
+      fn(l, fmt::format("{}:{}", f, n), complete);
+    });
+  return errors;
+}
+
+std::string display_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c == '\\') {
+      out += "\\\\";
+      i++;
+    } else if (c == '\n') {
+      out += "\\n";
+      i++;
+    } else if (c == '\t') {
+      out += "\\t";
+      i++;
+    } else if (c == '\r') {
+      out += "\\r";
+      i++;
+    } else if (c < 0x20 || c == 0x7f) {
+      out += fmt::format("\\x{:02x}", c);
+      i++;
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+      i++;
+    } else if (size_t n = utf8_len(s, i)) {
+      uint32_t cp = n == 2   ? ((c & 0x1fu) << 6) | (s[i + 1] & 0x3fu)
+                    : n == 3 ? ((c & 0x0fu) << 12) | ((s[i + 1] & 0x3fu) << 6) | (s[i + 2] & 0x3fu)
+                             : 0x10000;
+      // C1 controls (0x9b is a CSI), line and paragraph separators, bidirectional overrides.
+      bool unsafe = (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+                    (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069) ||
+                    cp == 0x200e || cp == 0x200f || cp == 0x061c;
+      if (unsafe)
+        out += fmt::format("\\u{:04x}", cp);
+      else
+        out.append(s.substr(i, n));
+      i += n;
+    } else {
+      out += fmt::format("\\x{:02x}", c);
+      i++;
+    }
+  }
   return out;
 }
 

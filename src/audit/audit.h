@@ -1,10 +1,13 @@
-// The audit trail: one JSON object per line in STATE/audit.log, rotated by size.
-// Format, fields, rotation and what happens when the log cannot be written: docs/audit.md.
+// The audit trail: one JSON object per line in STATE/audit.log, rotated by size. Epoch changes
+// are also appended to STATE/epochs.jsonl, which is never rotated, and refusals are rate-limited
+// per caller (uid) with a summary of what was left out, so nobody can push the record of an
+// advance out of the trail. Format, fields, rotation and failures: docs/audit.md.
 #pragma once
 #include <sys/types.h>
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -38,7 +41,14 @@ struct Options {
   std::string dir;                   // state dir; the log is DIR/audit.log
   uint64_t max_bytes = 16ull << 20;  // rotate when the current file would pass this
   int keep = 4;                      // rotated files kept: audit.log.1 .. audit.log.N
+  // Refusals recorded one by one per uid: a burst, then this many per second; the rest are
+  // counted and summarised (one record per uid at most every kSummaryNs).
+  double refusal_burst = 200;
+  double refusal_rate = 5;
 };
+
+// Epoch changes (advances, floors, recoveries, declared domains) go to the epochs trail too.
+bool is_epoch_change(const Event& e);
 
 class Log {
  public:
@@ -47,7 +57,8 @@ class Log {
   Log(const Log&) = delete;
   Log& operator=(const Log&) = delete;
 
-  enum class Outcome { kWritten, kRepeat, kFailed };
+  // kSuppressed: a refusal beyond the caller's rate, counted in a later summary record.
+  enum class Outcome { kWritten, kRepeat, kFailed, kSuppressed };
   // Appends one line. Never changes a mutation's decision: a failure to write is counted,
   // reported in the daemon log (1st, 2nd, 4th, 8th ... failure) and in metrics, and the
   // decision stands. Once writing works again, a record says how many were lost
@@ -57,7 +68,9 @@ class Log {
   // once (VFS retry_estale), so one system call reaches the daemon twice.
   Outcome record(const Event& e);
   static constexpr int64_t kRepeatWindowNs = 1000000000;
+  static constexpr int64_t kSummaryNs = 5000000000;
   uint64_t repeats() const { return repeats_.load(); }
+  uint64_t suppressed() const { return suppressed_.load(); }
   uint64_t failures() const { return failures_.load(); }
   uint64_t bytes() const { return bytes_.load(); }
   uint64_t records() const { return records_.load(); }
@@ -66,6 +79,9 @@ class Log {
 
  private:
   bool open_locked();
+  bool take_locked(uid_t uid, int64_t now);
+  void summarize_locked(int64_t now, bool all);
+  bool write_epoch_locked(const std::string& line);
   void rotate_locked();
   bool write_locked(const std::string& line);
   void failed_locked(const char* what, int err);
@@ -85,6 +101,15 @@ class Log {
     int64_t at = 0;
   };
   std::map<pid_t, Last> last_stale_;  // by thread id
+  struct Bucket {
+    double tokens = 0;
+    int64_t last = 0;
+    uint64_t suppressed = 0;  // refusals not written since `since`
+    int64_t since = 0;
+  };
+  std::map<uid_t, Bucket> buckets_;
+  std::atomic<uint64_t> suppressed_{0};
+  int epochs_fd_ = -1;  // DIR/epochs.jsonl, never rotated
 };
 
 // One record as a line of JSON (with the trailing newline).
@@ -99,6 +124,17 @@ std::string json_escape(std::string_view s);
 // The log files of a state directory, oldest first: audit.log.N ... audit.log.1, audit.log.
 // Only existing files are listed.
 std::vector<std::string> log_files(const std::string& dir);
+// Every stored record of a state directory, oldest first: the epoch changes that rotation took
+// out of the logs (from epochs.jsonl), then the lines of log_files(). fn gets each line, where it
+// is ("FILE:LINE") and whether it is complete (the last line of a file may be partial).
+// Returns the files that exist but could not be read, with the reason.
+std::vector<std::string> for_each_record(
+    const std::string& dir,
+    const std::function<void(const std::string& line, const std::string& where, bool complete)>&
+        fn);
+// A field made safe for a terminal: control characters, C1 controls, bidirectional overrides,
+// line separators, invalid UTF-8 and backslashes become visible escapes (\n, \x1b, \u202e).
+std::string display_escape(std::string_view s);
 // "2026-12-02T10:00:00Z", "2026-12-02T10:00:00.123456Z", "2026-12-02T12:00:00+02:00",
 // "2026-12-02 10:00", "2026-12-02" (no zone: UTC, like the records) -> unix ns.
 std::optional<int64_t> parse_iso_time(std::string_view text);

@@ -827,22 +827,23 @@ int cmd_audit(const Args& args) {
   std::vector<Row> rows;
   uint64_t bad = 0;
   std::string first_bad;
-  for (const std::string& file : audit::log_files(state)) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      if (errno != ENOENT) fail("audit: cannot read " + file + ": " + strerror(errno));
-      continue;
-    }
-    std::string line;
-    uint64_t lineno = 0;
-    while (std::getline(in, line)) {
-      lineno++;
-      bool complete = !in.eof();  // the last line of a file being written may be partial
-      if (line.empty()) continue;
+  // Epoch changes rotated out of the logs come from the epochs trail, then the logs.
+  struct Stored {
+    std::string line, where;
+    bool complete;
+  };
+  std::vector<Stored> stored;
+  for (const std::string& u : audit::for_each_record(
+           state, [&](const std::string&line, const std::string&where, bool complete) {
+             stored.push_back({line, where, complete});
+           }))
+    fail("audit: cannot read " + u);
+  {
+    for (const auto& [line, where, complete] : stored) {
       auto v = json::parse(line);
       if (!v || v->type != json::Value::Type::Object) {
         if (complete) {
-          if (bad++ == 0) first_bad = fmt::format("{}:{}", file, lineno);
+          if (bad++ == 0) first_bad = where;
         }
         continue;
       }
@@ -881,6 +882,9 @@ int cmd_audit(const Args& args) {
       r.cols[9] = dash(str("comm"));
       r.message = str("message");
       if (!str("error").empty()) r.message = str("error") + ": " + r.message;
+      // Every field as the terminal will show it: a name cannot forge a row or send escapes.
+      for (auto& col : r.cols) col = audit::display_escape(col);
+      r.message = audit::display_escape(r.message);
       rows.push_back(std::move(r));
     }
   }

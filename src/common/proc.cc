@@ -1,10 +1,14 @@
 #include "common/proc.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cstring>
+#include <iterator>
 #include <string_view>
 
 namespace fencefs::proc {
@@ -117,6 +121,52 @@ std::optional<Identity> identity_of(pid_t tid) {
 std::string comm_of(pid_t pid) {
   auto st = read_stat(pid);
   return st ? st->comm : std::string();
+}
+
+namespace {
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD 0x80  // O_EXCL; Linux 6.9+
+#endif
+
+class SystemProcesses : public ProcessInfo {
+ public:
+  std::optional<Stat> stat(pid_t pid) override { return read_stat(pid); }
+  std::optional<Identity> identity(pid_t tid) override { return identity_of(tid); }
+  std::vector<gid_t> groups(pid_t pid) override { return groups_of(pid); }
+  int open(pid_t pid, bool thread) override {
+    if (pid <= 0) return -1;
+    int fd = -1;
+    if (thread) fd = static_cast<int>(syscall(SYS_pidfd_open, pid, PIDFD_THREAD));
+    if (fd < 0) fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));  // leaders, old kernels
+    return fd;
+  }
+  uint64_t id(int handle) override {
+    struct stat st;
+    if (handle < 0 || fstat(handle, &st) != 0) return 0;
+    return static_cast<uint64_t>(st.st_ino);
+  }
+  bool any_exited(const int* handles, size_t n) override {
+    pollfd small[16];
+    std::vector<pollfd> big;
+    pollfd* p = small;
+    if (n > std::size(small)) {
+      big.resize(n);
+      p = big.data();
+    }
+    for (size_t k = 0; k < n; k++) p[k] = pollfd{handles[k], POLLIN, 0};
+    return ::poll(p, n, 0) != 0;  // readable (or an error): a process is gone
+  }
+  void close(int handle) override {
+    if (handle >= 0) ::close(handle);
+  }
+};
+
+}  // namespace
+
+ProcessInfo& system() {
+  static SystemProcesses s;
+  return s;
 }
 
 }  // namespace fencefs::proc

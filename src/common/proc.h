@@ -1,4 +1,5 @@
-// Reading process facts from /proc: thread group, parent, start time, command, groups.
+// Reading process facts: thread group, parent, command, groups, and exact process identity.
+// Everything above this layer asks a ProcessInfo, so it can be tested without real processes.
 #pragma once
 #include <sys/types.h>
 
@@ -12,9 +13,37 @@ namespace fencefs::proc {
 struct Stat {
   pid_t pid = 0;
   pid_t ppid = 0;
-  uint64_t start_time = 0;  // clock ticks since boot: with pid, identifies a process
+  uint64_t start_time = 0;  // clock ticks since boot (10 ms): not an identity, see ProcessInfo
   std::string comm;
 };
+
+// Thread group and command of a thread, from one read of /proc/TID/status.
+struct Identity {
+  pid_t tgid = 0;
+  std::string comm;
+};
+
+// The process facts the fence needs. A handle is an exact reference to one process or thread
+// (a pidfd): it never follows a recycled pid, and says when its process has exited.
+class ProcessInfo {
+ public:
+  virtual ~ProcessInfo() = default;
+  // Parent (thread group id) and command of a process; nullopt when gone.
+  virtual std::optional<Stat> stat(pid_t pid) = 0;
+  virtual std::optional<Identity> identity(pid_t tid) = 0;
+  virtual std::vector<gid_t> groups(pid_t pid) = 0;
+  // A handle on the live process (thread=false) or thread `pid`, or -1 when it is gone.
+  virtual int open(pid_t pid, bool thread) = 0;
+  // The identity of a handle's process: equal for every handle of one process, different for
+  // any other process ever (pidfs inode number). 0 when unknown.
+  virtual uint64_t id(int handle) = 0;
+  // True when the process of any of the handles has exited.
+  virtual bool any_exited(const int* handles, size_t n) = 0;
+  virtual void close(int handle) = 0;
+};
+
+// The real one: /proc and pidfds.
+ProcessInfo& system();
 
 // /proc/PID/stat. nullopt when the process is gone.
 std::optional<Stat> read_stat(pid_t pid);
@@ -23,12 +52,6 @@ std::optional<pid_t> tgid_of(pid_t tid);
 // Supplementary groups of a process (from /proc/PID/status).
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
-
-// Thread group and command of a thread, from one read of /proc/TID/status.
-struct Identity {
-  pid_t tgid = 0;
-  std::string comm;
-};
 std::optional<Identity> identity_of(pid_t tid);
 
 }  // namespace fencefs::proc

@@ -1,54 +1,49 @@
 #include "fence/bindings.h"
 
-#include <poll.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include "common/proc.h"
-
 namespace fencefs::fence {
 namespace {
 
-constexpr size_t kMaxCache = 4096;
-constexpr int kMaxDepth = 128;
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD 0x80  // O_EXCL; Linux 6.9+
-#endif
-
-int open_pidfd(pid_t tid) {
-  int fd = static_cast<int>(syscall(SYS_pidfd_open, tid, PIDFD_THREAD));
-  if (fd < 0) fd = static_cast<int>(syscall(SYS_pidfd_open, tid, 0));  // leaders, older kernels
-  return fd;
-}
-
-bool exited(int pidfd) {
-  pollfd p{pidfd, POLLIN, 0};
-  return ::poll(&p, 1, 0) != 0;  // readable (or error): the thread is gone
-}
-
-bool alive(pid_t pid, uint64_t start_time) {
-  auto st = proc::read_stat(pid);
-  return st && st->start_time == start_time;
-}
+constexpr size_t kMaxCache = 4096;    // cached threads
+constexpr size_t kMaxHandles = 4096;  // fds the cache may hold in all (as many as before)
+constexpr size_t kMaxWatched = 256;   // a longer chain is resolved afresh on every call
+constexpr int kMaxReparentRetries = 16;
+constexpr size_t kPidMaxLimit = 4194304;  // no chain of live processes is longer (PID_MAX_LIMIT)
 
 }  // namespace
 
-Bindings::Bindings() = default;
+Bindings::Bindings(proc::ProcessInfo& procs) : procs_(procs) {}
 
 Bindings::~Bindings() {
   std::lock_guard lk(cache_mu_);
   clear_cache_locked();
 }
 
+void Bindings::drop_locked(Resolved& r) {
+  for (int h : r.handles) procs_.close(h);
+  cache_handles_ -= r.handles.size();
+  r.handles.clear();
+}
+
 void Bindings::clear_cache_locked() {
-  for (auto& [tid, r] : cache_)
-    if (r.pidfd >= 0) ::close(r.pidfd);
+  for (auto& [tid, r] : cache_) drop_locked(r);
   cache_.clear();
+}
+
+size_t Bindings::cached_handles() const {
+  std::lock_guard lk(cache_mu_);
+  return cache_handles_;
+}
+
+bool Bindings::alive_locked(pid_t pid, const Entry& e) {
+  int h = procs_.open(pid, false);
+  bool alive = h >= 0 && procs_.id(h) == e.id;
+  procs_.close(h);
+  return alive;
 }
 
 void Bindings::sweep_dead_locked() {
   for (auto it = bindings_.begin(); it != bindings_.end();) {
-    if (!alive(it->first, it->second.start_time))
+    if (!alive_locked(it->first, it->second))
       it = bindings_.erase(it);
     else
       ++it;
@@ -56,21 +51,24 @@ void Bindings::sweep_dead_locked() {
 }
 
 int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
-  auto tgid = proc::tgid_of(tid);
-  if (!tgid) return ESRCH;
-  auto st = proc::read_stat(*tgid);
-  if (!st) return ESRCH;
+  auto who = procs_.identity(tid);
+  if (!who) return ESRCH;
+  // The caller is inside its write(2), so its thread group cannot be recycled meanwhile.
+  int h = procs_.open(who->tgid, false);
+  uint64_t id = procs_.id(h);
+  procs_.close(h);
+  if (h < 0 || id == 0) return ESRCH;
   std::unique_lock lk(mu_);
-  // Amortised: dropping dead binders costs a /proc read each.
+  // Amortised: dropping dead binders costs a handle each.
   if (bindings_.size() >= swept_size_ * 2 + 64) {
     sweep_dead_locked();
     swept_size_ = bindings_.size();
   }
-  Entry& e = bindings_[*tgid];
-  if (e.start_time != st->start_time) e = Entry{};  // a recycled pid starts afresh
-  e.pid = *tgid;
-  e.start_time = st->start_time;
-  e.comm = st->comm;
+  Entry& e = bindings_[who->tgid];
+  if (e.id != id) e = Entry{};  // a recycled pid starts afresh
+  e.pid = who->tgid;
+  e.id = id;
+  e.comm = who->comm;
   e.tokens[domain] = token;
   empty_ = false;
   gen_.fetch_add(1);
@@ -78,10 +76,10 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
 }
 
 int Bindings::unbind(pid_t tid, uint32_t domain) {
-  auto tgid = proc::tgid_of(tid);
-  if (!tgid) return ESRCH;
+  auto who = procs_.identity(tid);
+  if (!who) return ESRCH;
   std::unique_lock lk(mu_);
-  auto it = bindings_.find(*tgid);
+  auto it = bindings_.find(who->tgid);
   if (it != bindings_.end()) {
     it->second.tokens.erase(domain);
     if (it->second.tokens.empty()) bindings_.erase(it);
@@ -91,25 +89,65 @@ int Bindings::unbind(pid_t tid, uint32_t domain) {
   return 0;
 }
 
-std::map<uint32_t, Epoch> Bindings::walk(pid_t tid) {
-  std::map<uint32_t, Epoch> tokens;
-  auto tgid = proc::tgid_of(tid);
-  if (!tgid) return tokens;
-  pid_t pid = *tgid;
-  for (int depth = 0; depth < kMaxDepth && pid > 0; ++depth) {
-    auto st = proc::read_stat(pid);
-    if (!st) break;
+bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch,
+                    bool* cacheable) {
+  *cacheable = true;
+  auto who = procs_.identity(tid);
+  if (!who) return false;
+  pid_t pid = who->tgid;
+  std::vector<int> chain;  // handles of the ancestors of the caller's process, nearest first
+  size_t keep = 0;         // chain[0, keep) reaches the farthest ancestor that gave a token
+  size_t visited = 0;
+  int retries = 0;
+  for (;;) {
+    Entry bound;
     {
       std::shared_lock lk(mu_);
       auto it = bindings_.find(pid);
-      if (it != bindings_.end() && it->second.start_time == st->start_time) {
-        for (auto& [d, t] : it->second.tokens) tokens.emplace(d, t);  // nearest wins
+      if (it != bindings_.end()) bound = it->second;
+    }
+    if (!bound.tokens.empty()) {
+      // Only the exact process that bound counts, never a later one with its pid.
+      uint64_t id;
+      if (chain.empty()) {
+        int h = procs_.open(pid, false);  // the caller's own process, alive while it calls
+        id = procs_.id(h);
+        procs_.close(h);
+      } else {
+        id = procs_.id(chain.back());
+      }
+      if (id != 0 && id == bound.id) {
+        for (auto& [d, t] : bound.tokens) tokens->emplace(d, t);  // nearest wins
+        keep = chain.size();
       }
     }
-    if (pid == 1) break;
+    if (pid == 1 || ++visited > kPidMaxLimit) break;
+    auto st = procs_.stat(pid);
+    if (!st || st->ppid <= 0) break;
+    // Take a handle on the parent, then check it still is the parent: a parent that exits
+    // reparents its children before its pid can be reused, so the handle is the real parent.
+    int hp = procs_.open(st->ppid, false);
+    auto again = procs_.stat(pid);
+    if (hp < 0 || !again || again->ppid != st->ppid) {
+      procs_.close(hp);
+      if (!again || ++retries > kMaxReparentRetries) break;
+      continue;  // reparented meanwhile: follow the new parent
+    }
+    if (chain.size() >= kMaxWatched) {
+      // Too long to watch: resolved afresh each time, holding one handle at a time.
+      *cacheable = false;
+      procs_.close(chain.back());
+      chain.back() = hp;
+    } else {
+      chain.push_back(hp);
+    }
     pid = st->ppid;
   }
-  return tokens;
+  if (!*cacheable) keep = 0;
+  for (size_t k = keep; k < chain.size(); k++) procs_.close(chain[k]);
+  chain.resize(keep);
+  *watch = std::move(chain);
+  return true;
 }
 
 Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
@@ -120,26 +158,40 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
     auto it = cache_.find(tid);
     if (it != cache_.end()) {
       Resolved& r = it->second;
-      if (r.gen == gen && !exited(r.pidfd)) {
+      if (r.gen == gen && !procs_.any_exited(r.handles.data(), r.handles.size())) {
         auto t = r.tokens.find(domain);
         return t == r.tokens.end() ? 0 : t->second;
       }
-      ::close(r.pidfd);
+      drop_locked(r);
       cache_.erase(it);
     }
   }
-  // Open the pidfd before reading /proc: if the thread dies in between, the pidfd says so.
-  int pidfd = open_pidfd(tid);
-  auto tokens = walk(tid);
+  // The thread's handle first: if it dies during the walk, the handle says so.
+  int th = procs_.open(tid, true);
+  std::map<uint32_t, Epoch> tokens;
+  std::vector<int> watch;
+  bool cacheable;
+  bool ok = walk(tid, &tokens, &watch, &cacheable);
   auto t = tokens.find(domain);
   Epoch result = t == tokens.end() ? 0 : t->second;
-  if (pidfd >= 0) {
-    std::lock_guard lk(cache_mu_);
-    if (cache_.size() >= kMaxCache) clear_cache_locked();
-    auto [it, inserted] = cache_.try_emplace(tid);
-    if (!inserted) ::close(it->second.pidfd);
-    it->second = Resolved{pidfd, gen, std::move(tokens)};
+  if (th < 0 || !ok || !cacheable) {
+    procs_.close(th);
+    for (int h : watch) procs_.close(h);
+    return result;
   }
+  Resolved r;
+  r.handles.reserve(watch.size() + 1);
+  r.handles.push_back(th);
+  r.handles.insert(r.handles.end(), watch.begin(), watch.end());
+  r.gen = gen;
+  r.tokens = std::move(tokens);
+  std::lock_guard lk(cache_mu_);
+  if (cache_.size() >= kMaxCache || cache_handles_ + r.handles.size() > kMaxHandles)
+    clear_cache_locked();
+  auto [it, inserted] = cache_.try_emplace(tid);
+  if (!inserted) drop_locked(it->second);
+  cache_handles_ += r.handles.size();
+  it->second = std::move(r);
   return result;
 }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fence/rwlock.h"
 #include "fence/token.h"
 
 namespace fencefs::fence {
@@ -38,8 +39,9 @@ struct Domain {
   std::vector<PlaceStep> place;  // empty for "/"
 
   // Shared: operations admitted under the current epoch, held across their syscall.
-  // Exclusive: an advance, so nothing admitted under epoch N lands after N+1 acted.
-  mutable std::shared_mutex mu;
+  // Exclusive: an advance, so nothing admitted under epoch N lands after N+1 acted. Writer
+  // preferring: an advance waits only for the operations admitted before it.
+  mutable WriterPreferringLock mu;
   std::atomic<Epoch> epoch{0};      // durable: only this admits mutations
   std::atomic<Epoch> max_stamp{0};  // highest last-epoch stamp seen above `epoch` (rollback)
 

@@ -22,12 +22,13 @@ std::string token_text(Epoch t) { return t ? std::to_string(t) : std::string(); 
 }  // namespace
 
 Fence::Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit,
-             HighWater* highwater)
+             HighWater* highwater, proc::ProcessInfo& procs)
     : cfg_(std::move(cfg)),
       domains_(domains),
       store_(store),
       audit_(audit),
-      highwater_(highwater) {}
+      highwater_(highwater),
+      procs_(procs) {}
 
 std::vector<std::string> Fence::check_rollback() {
   std::vector<std::string> out;
@@ -67,7 +68,7 @@ audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
   e.gid = c.gid;
   if (c.pid > 0) {
     // FUSE names the calling thread; the audit trail names its process (one /proc read).
-    if (auto id = proc::identity_of(c.pid)) {
+    if (auto id = procs_.identity(c.pid)) {
       if (e.comm.empty()) e.comm = id->comm;
       if (id->tgid != c.pid) {
         e.tid = c.pid;
@@ -79,23 +80,58 @@ audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
   return audit_->record(e);
 }
 
-int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
-                  std::string message) {
+audit::Event Fence::event_of(const Subject& s) const {
   audit::Event e;
-  e.op = op.name;
+  e.op = s.op;
+  e.domain = s.domain ? s.domain->path : std::string(s.domain_path);
+  if (s.target.fd >= 0 || s.target.name) e.path = describe(s.target);
+  if (s.target2.fd >= 0 || s.target2.name) e.path2 = describe(s.target2);
+  e.token = s.token;
+  if (s.domain) e.epoch_before = e.epoch_after = s.domain->epoch.load();
+  return e;
+}
+
+int Fence::refuse(const Caller& c, const Subject& s, Reason r, int err, std::string message) {
+  audit::Event e = event_of(s);
   e.decision = "refused";
   e.reason = reason_name(r);
-  e.domain = d.path;
-  e.path = describe(op.target);
-  if (op.target2.fd >= 0 || op.target2.name) e.path2 = describe(op.target2);
-  e.token = token_text(token);
-  e.epoch_before = e.epoch_after = d.epoch.load();
   e.err = err;
   e.message = std::move(message);
-  log::debug("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, d.path, c.pid, e.message);
-  if (audit(std::move(e), c) != audit::Log::Outcome::kRepeat)
-    d.refused[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
+  if (s.target.fd >= 0 || s.target.name)
+    log::debug("refused {} of {} in domain {} (pid {}): {}", e.op, e.path, e.domain, c.pid,
+               e.message);
+  else
+    log::info("refused {} {} from pid {} uid {}: {}", e.op, e.domain, c.pid, c.uid, e.message);
+  if (audit(std::move(e), c) != audit::Log::Outcome::kRepeat && s.domain)
+    s.domain->refused[static_cast<int>(r)].fetch_add(1, std::memory_order_relaxed);
   return err;
+}
+
+void Fence::note(const Caller& c, const Subject& s, const char* decision, std::string message) {
+  audit::Event e = event_of(s);
+  e.decision = decision;
+  e.message = std::move(message);
+  audit(std::move(e), c);
+}
+
+Decision Fence::decide(RequestKind kind, const Domain& d, Epoch token, bool force,
+                       bool stale_handle) const {
+  Request r;
+  r.kind = kind;
+  r.token = token;
+  r.epoch = d.epoch.load(std::memory_order_acquire);
+  r.max_stamp = d.max_stamp.load(std::memory_order_acquire);
+  r.max_jump = cfg_.max_jump;
+  r.force = force;
+  r.stale_handle = stale_handle;
+  r.domain = d.path;
+  return fence::decide(r);
+}
+
+int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
+  Decision dec = decide(RequestKind::Bind, d, token);
+  if (dec.refused()) *why = std::move(dec.message);
+  return dec.err;
 }
 
 int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
@@ -153,44 +189,21 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
     while (stamp > seen && !d.max_stamp.compare_exchange_weak(seen, stamp)) {
     }
   }
+  std::string tok = token_text(token);
+  Subject s{op.name, &d, {}, tok, op.target, op.target2};
   for (;;) {
     std::shared_lock lk(d.mu);
-    Epoch epoch = d.epoch.load(std::memory_order_acquire);
-    Epoch stamped = d.max_stamp.load(std::memory_order_acquire);
-    if (stamped > epoch && token < stamped) {
-      return refuse(d, Reason::Rollback, EIO, token, c, op,
-                    fmt::format("rollback detected: a file carries epoch {} but the domain's "
-                                "recorded epoch is {} (state restored from an older copy?); "
-                                "see `fencectl recover`",
-                                stamped, epoch));
+    Decision dec = decide(RequestKind::Admit, d, token);
+    if (dec.refused()) return refuse(c, s, std::move(dec));
+    if (!dec.raise) {
+      d.accepted.fetch_add(1, std::memory_order_relaxed);
+      out->first_ = std::move(lk);
+      out->token_ = token;
+      return 0;
     }
-    switch (judge(token, epoch, cfg_.max_jump)) {
-      case Verdict::Missing:
-        return refuse(d, Reason::Missing, EPERM, token, c, op,
-                      "no fence token: bind one for this domain (fencectl run, or write "
-                      "'bind DOMAIN TOKEN' to .fencefs/ctl)");
-      case Verdict::Stale:
-        return refuse(d, Reason::Stale, ESTALE, token, c, op,
-                      fmt::format("stale token {} < epoch {}", token, epoch));
-      case Verdict::TooFar:
-        return refuse(d, Reason::TooFar, ERANGE, token, c, op,
-                      fmt::format("token {} is more than max_jump {} above epoch {}", token,
-                                  cfg_.max_jump, epoch));
-      case Verdict::Equal:
-        d.accepted.fetch_add(1, std::memory_order_relaxed);
-        out->first_ = std::move(lk);
-        out->token_ = token;
-        return 0;
-      case Verdict::Advance: {
-        lk.unlock();
-        int err = raise(d, token, c, op);
-        if (err) {
-          return refuse(d, Reason::Io, err, token, c, op,
-                        fmt::format("could not make epoch {} durable: {}", token, strerror(err)));
-        }
-        continue;  // re-judge under the shared lock: a higher epoch may have landed since
-      }
-    }
+    lk.unlock();
+    if (int err = raise(d, token, c, op)) return refuse(c, s, durability_failure(token, err));
+    // Re-judged under the shared lock: a higher epoch may have landed since.
   }
 }
 
@@ -214,37 +227,22 @@ int Fence::admit2(Domain& a, Epoch ta, Domain& b, Epoch tb, const Caller& c, con
 
 int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why) {
   Op op{"advance", {}, {}};
-  Epoch epoch = d.epoch.load();
-  Epoch stamped = d.max_stamp.load();
-  if (stamped > epoch && token < stamped) {
-    *why =
-        fmt::format("rollback detected: epoch {} was seen but the state says {}", stamped, epoch);
-    return refuse(d, Reason::Rollback, EIO, token, c, op, *why);
-  }
-  // The same rule as for every mutation; only an issuer's force lifts max_jump.
-  switch (judge(token, epoch, force ? kMaxToken : cfg_.max_jump)) {
-    case Verdict::Missing:
-      *why = "no token";
-      return refuse(d, Reason::Malformed, EINVAL, token, c, op, *why);
-    case Verdict::Stale:
-      *why = fmt::format("stale token {} < epoch {}", token, epoch);
-      return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
-    case Verdict::Equal:
-      *why = fmt::format("domain {} already at epoch {}", d.path, epoch);
-      return 0;
-    case Verdict::TooFar:
-      check_jump(d, token, why);
-      return refuse(d, Reason::TooFar, ERANGE, token, c, op, *why);
-    case Verdict::Advance:
-      break;
-  }
+  std::string tok = token_text(token);
+  Subject s{op.name, &d, {}, tok};
+  Decision dec = decide(RequestKind::Advance, d, token, force);
+  *why = dec.message;
+  if (dec.refused()) return refuse(c, s, std::move(dec));
+  if (!dec.raise) return 0;  // already at that epoch
   if (int err = raise(d, token, c, op)) {
-    *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
-    return refuse(d, Reason::Io, err, token, c, op, *why);
+    dec = durability_failure(token, err);
+    *why = dec.message;
+    return refuse(c, s, std::move(dec));
   }
-  if (Epoch now = d.epoch.load(); now > token) {
-    *why = fmt::format("stale token {} < epoch {} (a higher advance landed first)", token, now);
-    return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
+  // A higher advance may have landed first: the same rule says what this one gets.
+  dec = decide(RequestKind::Advance, d, token, true);
+  if (dec.refused()) {
+    *why = dec.message;
+    return refuse(c, s, std::move(dec));
   }
   *why = fmt::format("domain {} advanced to epoch {}", d.path, token);
   return 0;
@@ -270,7 +268,7 @@ bool Fence::is_issuer(const Caller& c) const {
   if (cfg_.issuer_gids.empty()) return false;
   if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), c.gid) != cfg_.issuer_gids.end())
     return true;
-  for (gid_t g : proc::groups_of(c.pid))
+  for (gid_t g : procs_.groups(c.pid))
     if (std::find(cfg_.issuer_gids.begin(), cfg_.issuer_gids.end(), g) != cfg_.issuer_gids.end())
       return true;
   return false;
@@ -294,16 +292,6 @@ int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool 
   if (!verify(cfg_.token_key, d.path, t.epoch, t.signature)) {
     *why = fmt::format("bad signature for domain {} epoch {}", d.path, t.epoch);
     return EACCES;
-  }
-  return 0;
-}
-
-int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
-  Epoch epoch = d.epoch.load();
-  if (judge(token, epoch, cfg_.max_jump) == Verdict::TooFar) {
-    *why = fmt::format("token {} is more than max_jump {} above epoch {} of domain {}", token,
-                       cfg_.max_jump, epoch, d.path);
-    return ERANGE;
   }
   return 0;
 }

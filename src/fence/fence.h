@@ -8,9 +8,12 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "audit/audit.h"
+#include "common/proc.h"
+#include "fence/decision.h"
 #include "fence/domain.h"
 #include "fence/highwater.h"
 #include "fence/rule.h"
@@ -47,6 +50,16 @@ struct Op {
   Target target2;  // rename destination, link name
 };
 
+// What a refusal or a control event is about, for the audit trail and the counters.
+struct Subject {
+  const char* op;                // "write", "bind", "advance", "ctl", ...
+  Domain* domain = nullptr;      // counted and named when known
+  std::string_view domain_path;  // named when there is no Domain (unknown or new domain)
+  std::string_view token;        // as presented, "" when none
+  Target target = {};
+  Target target2 = {};
+};
+
 // Holds the shared lock(s) of the admitted domain(s) until destroyed: the mutation runs
 // between admit() and the end of the Admission's life.
 class Admission {
@@ -58,14 +71,14 @@ class Admission {
 
  private:
   friend class Fence;
-  std::shared_lock<std::shared_mutex> first_, second_;
+  std::shared_lock<WriterPreferringLock> first_, second_;
   Epoch token_ = 0;
 };
 
 class Fence {
  public:
   Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit::Log* audit,
-        HighWater* highwater = nullptr);
+        HighWater* highwater = nullptr, proc::ProcessInfo& procs = proc::system());
 
   // Compares the high-water copy in BACKING with the journal's epochs: a domain whose journal
   // epoch is lower was rolled back, and refuses every token below the copy (EIO) until healed by
@@ -89,8 +102,20 @@ class Fence {
   int authorize(const Caller& c, const Domain& d, const TokenText& t, bool need_issuer,
                 std::string* why) const;
   bool is_issuer(const Caller& c) const;
-  // ERANGE when token is more than max_jump above d's epoch.
+  // The rule applied to a request of this kind against d's current epoch (decision.h).
+  Decision decide(RequestKind kind, const Domain& d, Epoch token, bool force = false,
+                  bool stale_handle = false) const;
+  // ERANGE when a bound token would be more than max_jump above d's epoch (decide(Bind)).
   int check_jump(const Domain& d, Epoch token, std::string* why) const;
+
+  // The one way to refuse: logs, audits and counts (per domain and reason, once per refused
+  // system call), then returns err. For the FUSE handlers and the control file alike.
+  int refuse(const Caller& c, const Subject& s, Reason r, int err, std::string message);
+  int refuse(const Caller& c, const Subject& s, Decision d) {
+    return refuse(c, s, d.reason, d.err, std::move(d.message));
+  }
+  // Records an accepted control event (bound, unbound, declared) in the audit trail.
+  void note(const Caller& c, const Subject& s, const char* decision, std::string message);
 
   // Durably declares a domain rooted at the existing directory rel (relative path "/a/b"), found
   // along `place`. Declaring an existing domain's path again re-binds it to the directory there.
@@ -108,14 +133,14 @@ class Fence {
  private:
   int raise(Domain& d, Epoch token, const Caller& c, const Op& op);
   int heal_journal(const Caller& c);
-  int refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
-             std::string message);
+  audit::Event event_of(const Subject& s) const;
 
   Config cfg_;
   DomainTable& domains_;
   journal::StateStore& store_;
   audit::Log* audit_;
   HighWater* highwater_;
+  proc::ProcessInfo& procs_;
   std::atomic<int64_t> last_heal_ns_{0};
   std::mutex domain_add_mu_;
 };

@@ -25,28 +25,15 @@ std::string token_str(const fence::TokenText& t) {
                              : std::to_string(t.epoch) + "." + t.signature.substr(0, 8) + "…";
 }
 
-void audit_ctl(Fs& f, const fence::Caller& c, const char* op, const char* decision,
-               const char* reason, const std::string& domain, const std::string& token, int err,
-               const std::string& message) {
-  audit::Event e;
-  e.op = op;
-  e.decision = decision;
-  e.reason = reason;
-  e.domain = domain;
-  e.token = token;
-  e.err = err;
-  e.message = message;
-  if (Domain* d = f.fence().domains().by_path(domain)) e.epoch_before = e.epoch_after = d->epoch;
-  f.fence().audit(std::move(e), c);
+// Refusals and events of the control file go through the fence, like every other decision.
+int refuse_ctl(Fs& f, const fence::Caller& c, const char* op, fence::Reason r, Domain* d,
+               const std::string& domain, const std::string& token, int err, std::string why) {
+  return f.fence().refuse(c, fence::Subject{op, d, domain, token}, r, err, std::move(why));
 }
 
-int refuse_ctl(Fs& f, const fence::Caller& c, const char* op, fence::Reason r, Domain* d,
-               const std::string& domain, const std::string& token, int err,
-               const std::string& why) {
-  if (d) d->refused[static_cast<int>(r)].fetch_add(1);
-  log::info("ctl: refused {} {} from pid {} uid {}: {}", op, domain, c.pid, c.uid, why);
-  audit_ctl(f, c, op, "refused", fence::reason_name(r), domain, token, err, why);
-  return err;
+void note_ctl(Fs& f, const fence::Caller& c, const char* op, const char* decision, Domain* d,
+              const std::string& domain, const std::string& token, std::string message) {
+  f.fence().note(c, fence::Subject{op, d, domain, token}, decision, std::move(message));
 }
 
 int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
@@ -71,21 +58,20 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       if ((err = f.fence().authorize(c, *d, cmd.token, false, &why)))
         return *reply = why,
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, d, cmd.domain, tok, err, why);
-      if ((err = f.fence().check_jump(*d, cmd.token.epoch, &why)))
-        return *reply = why,
-               refuse_ctl(f, c, op, fence::Reason::TooFar, d, cmd.domain, tok, err, why);
+      if (auto dec = f.fence().decide(fence::RequestKind::Bind, *d, cmd.token.epoch); dec.refused())
+        return *reply = dec.message, f.fence().refuse(c, {op, d, cmd.domain, tok}, std::move(dec));
       if ((err = f.bindings().bind(c.pid, d->id, cmd.token.epoch))) {
         *reply = "caller vanished";
         return err;
       }
       *reply = fmt::format("bound pid {} to token {} for domain {} (epoch {})", c.pid,
                            cmd.token.epoch, d->path, d->epoch.load());
-      audit_ctl(f, c, op, "bound", "", cmd.domain, tok, 0, *reply);
+      note_ctl(f, c, op, "bound", d, cmd.domain, tok, *reply);
       return 0;
     case ctl::Verb::Unbind:
       f.bindings().unbind(c.pid, d->id);
       *reply = fmt::format("unbound pid {} for domain {}", c.pid, d->path);
-      audit_ctl(f, c, op, "unbound", "", cmd.domain, "", 0, *reply);
+      note_ctl(f, c, op, "unbound", d, cmd.domain, "", *reply);
       return 0;
     case ctl::Verb::Advance:
       if ((err = f.fence().authorize(c, *d, cmd.token, cmd.force, &why)))
@@ -102,7 +88,8 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       if (err)
         return refuse_ctl(f, c, op, err == EIO ? fence::Reason::Io : fence::Reason::Malformed,
                           nullptr, cmd.domain, "", err, *reply);
-      audit_ctl(f, c, op, "declared", "", cmd.domain, "", 0, *reply);
+      note_ctl(f, c, op, "declared", f.fence().domains().by_path(cmd.domain), cmd.domain, "",
+               *reply);
       return 0;
     }
   }
@@ -287,15 +274,12 @@ int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_siz
   Domain& d = *h.domain;
   fence::TokenText tt;
   if (int err = authorized_ioctl_token(f, c, d, "ioctl", in, in_size, &tt)) return err;
-  if (h.stale.load())
-    return refuse_ctl(f, c, "ioctl", fence::Reason::Stale, &d, d.path, token_str(tt), ESTALE,
-                      "this handle was refused as stale; open the file again");
-  std::string why;
-  if (int err = f.fence().check_jump(d, tt.epoch, &why))
-    return refuse_ctl(f, c, "ioctl", fence::Reason::TooFar, &d, d.path, token_str(tt), err, why);
+  std::string tok = token_str(tt);
+  auto dec = f.fence().decide(fence::RequestKind::Ioctl, d, tt.epoch, false, h.stale.load());
+  if (dec.refused()) return f.fence().refuse(c, {"ioctl", &d, d.path, tok}, std::move(dec));
   h.token = tt.epoch;
-  audit_ctl(f, c, "ioctl", "bound", "", d.path, token_str(tt), 0,
-            fmt::format("handle rebound to token {}", tt.epoch));
+  note_ctl(f, c, "ioctl", "bound", &d, d.path, tok,
+           fmt::format("handle rebound to token {}", tt.epoch));
   return 0;
 }
 
@@ -414,6 +398,10 @@ std::string Fs::render_metrics() {
         "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
         "# TYPE fencefs_audit_write_failures_total counter\n";
     out += fmt::format("fencefs_audit_write_failures_total {}\n", a->failures());
+    out +=
+        "# HELP fencefs_audit_suppressed_total Refusals counted but not recorded one by one "
+        "(rate limit per uid).\n# TYPE fencefs_audit_suppressed_total counter\n";
+    out += fmt::format("fencefs_audit_suppressed_total {}\n", a->suppressed());
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
   out += fmt::format("fencefs_inodes {}\n", n_inodes.load());

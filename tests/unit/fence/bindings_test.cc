@@ -1,0 +1,165 @@
+// Process bindings over an in-memory process table: the walk up the parent chain (no depth
+// limit), nearest-wins, threads, exact identity under pid reuse, reparenting after an exit.
+#include "fence/bindings.h"
+
+#include <gtest/gtest.h>
+
+#include "unit/fence/fake_processes.h"
+
+namespace fencefs::fence {
+namespace {
+
+using testing::FakeProcesses;
+
+TEST(Bindings, NoBindingNoToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t job = p.spawn(1);
+  EXPECT_EQ(0u, b.resolve(job, 0));
+}
+
+TEST(Bindings, ProcessAndDescendantsPresentTheToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1), child = p.spawn(shell), grandchild = p.spawn(child);
+  ASSERT_EQ(0, b.bind(shell, 0, 5));
+  EXPECT_EQ(5u, b.resolve(shell, 0));
+  EXPECT_EQ(5u, b.resolve(grandchild, 0));
+  EXPECT_EQ(0u, b.resolve(grandchild, 1)) << "another domain";
+  pid_t outsider = p.spawn(1);
+  EXPECT_EQ(0u, b.resolve(outsider, 0));
+}
+
+TEST(Bindings, NearestBoundAncestorWins) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1), child = p.spawn(shell), grandchild = p.spawn(child);
+  ASSERT_EQ(0, b.bind(shell, 0, 5));
+  ASSERT_EQ(0, b.bind(shell, 1, 9));
+  ASSERT_EQ(0, b.bind(child, 0, 7));
+  EXPECT_EQ(7u, b.resolve(grandchild, 0));
+  EXPECT_EQ(9u, b.resolve(grandchild, 1));
+  EXPECT_EQ(5u, b.resolve(shell, 0));
+  ASSERT_EQ(0, b.unbind(child, 0));
+  EXPECT_EQ(5u, b.resolve(grandchild, 0)) << "an unbind is seen by cached resolutions";
+}
+
+TEST(Bindings, ThreadsBindAndResolveAsTheirProcess) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t job = p.spawn(1);
+  pid_t t1 = p.thread(job), t2 = p.thread(job);
+  ASSERT_EQ(0, b.bind(t1, 0, 3));  // a thread binds its whole process
+  EXPECT_EQ(3u, b.resolve(t2, 0));
+  EXPECT_EQ(3u, b.resolve(job, 0));
+  auto list = b.list();
+  ASSERT_EQ(1u, list.size());
+  EXPECT_EQ(job, list[0].pid);
+}
+
+TEST(Bindings, NoDepthLimit) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t top = p.spawn(1);
+  ASSERT_EQ(0, b.bind(top, 0, 4));
+  pid_t cur = top;
+  for (int k = 0; k < 1000; k++) cur = p.spawn(cur);
+  EXPECT_EQ(4u, b.resolve(cur, 0)) << "1000 levels below the binder";
+  EXPECT_EQ(4u, b.resolve(cur, 0)) << "and again, from the cache or afresh";
+  EXPECT_EQ(p.open_handles(), b.cached_handles()) << "a long walk leaves no handle open";
+  pid_t below = p.spawn(p.spawn(top));
+  EXPECT_EQ(4u, b.resolve(below, 0));
+  p.exit(top);
+  EXPECT_EQ(0u, b.resolve(cur, 0)) << "a chain too long to watch is resolved afresh";
+  EXPECT_EQ(0u, b.resolve(below, 0));
+}
+
+TEST(Bindings, RecycledPidNeverInheritsADeadBindersToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t binder = p.spawn(1, 500);
+  pid_t child = p.spawn(binder);
+  ASSERT_EQ(0, b.bind(binder, 0, 6));
+  EXPECT_EQ(6u, b.resolve(child, 0));
+  p.exit(binder);
+  p.exit(child);
+  // The same pid, a different process (a start time equal to the tick would not tell them apart).
+  pid_t again = p.spawn(1, 500);
+  ASSERT_EQ(500, again);
+  pid_t its_child = p.spawn(again);
+  EXPECT_EQ(0u, b.resolve(again, 0));
+  EXPECT_EQ(0u, b.resolve(its_child, 0));
+  EXPECT_TRUE(b.list().empty()) << "the dead binder's entry is dropped";
+  // The recycled process may bind for itself; the old tokens are not merged in.
+  ASSERT_EQ(0, b.bind(again, 1, 2));
+  EXPECT_EQ(0u, b.resolve(its_child, 0));
+  EXPECT_EQ(2u, b.resolve(its_child, 1));
+}
+
+TEST(Bindings, ReparentedChildLosesTheDeadParentsToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t parent = p.spawn(1), child = p.spawn(parent), grandchild = p.spawn(child);
+  ASSERT_EQ(0, b.bind(parent, 0, 5));
+  EXPECT_EQ(5u, b.resolve(grandchild, 0));  // cached now
+  EXPECT_EQ(5u, b.resolve(child, 0));
+  p.exit(parent);  // child goes to init
+  EXPECT_EQ(0u, b.resolve(child, 0));
+  EXPECT_EQ(0u, b.resolve(grandchild, 0)) << "a cached resolution noticed the reparenting";
+}
+
+TEST(Bindings, IntermediateExitIsNoticedToo) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t top = p.spawn(1), mid = p.spawn(top), low = p.spawn(mid), leaf = p.spawn(low);
+  ASSERT_EQ(0, b.bind(top, 0, 5));
+  EXPECT_EQ(5u, b.resolve(leaf, 0));
+  p.exit(mid);  // low goes to init: the chain from leaf no longer reaches top
+  EXPECT_EQ(0u, b.resolve(leaf, 0));
+}
+
+TEST(Bindings, ReparentedToABoundSubreaperPresentsItsToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t runner = p.spawn(1);  // like `fencectl run`: a subreaper that bound itself
+  p.set_subreaper(runner);
+  ASSERT_EQ(0, b.bind(runner, 0, 3));
+  pid_t job = p.spawn(runner), forked = p.spawn(job), orphan = p.spawn(forked);
+  ASSERT_EQ(0, b.bind(forked, 0, 4));
+  EXPECT_EQ(4u, b.resolve(orphan, 0));
+  p.exit(forked);  // orphan goes to runner
+  EXPECT_EQ(3u, b.resolve(orphan, 0));
+  p.exit(job);
+  EXPECT_EQ(3u, b.resolve(orphan, 0));
+}
+
+TEST(Bindings, VanishedCallerCannotBind) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t gone = p.spawn(1);
+  p.exit(gone);
+  EXPECT_EQ(ESRCH, b.bind(gone, 0, 1));
+  EXPECT_EQ(0u, b.resolve(gone, 0));
+}
+
+TEST(Bindings, CacheHandlesAreBoundedAndReleased) {
+  FakeProcesses p;
+  {
+    Bindings b(p);
+    pid_t top = p.spawn(1);
+    ASSERT_EQ(0, b.bind(top, 0, 1));
+    pid_t cur = top;
+    for (int k = 0; k < 50; k++) cur = p.spawn(cur);
+    for (int k = 0; k < 500; k++) {
+      pid_t leaf = p.spawn(cur);
+      EXPECT_EQ(1u, b.resolve(leaf, 0));
+      p.exit(leaf);
+    }
+    EXPECT_LE(b.cached_handles(), 4096u);
+    EXPECT_EQ(p.open_handles(), b.cached_handles()) << "nothing else left open";
+  }
+  EXPECT_EQ(0u, p.open_handles());
+}
+
+}  // namespace
+}  // namespace fencefs::fence
