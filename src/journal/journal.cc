@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "journal/format.h"
+#include "journal/replay.h"
 
 namespace fencefs::journal {
 namespace {
@@ -55,48 +56,6 @@ std::string refusal_hint(const std::string& dir) {
   return "; refusing to open. Inspect with `fencectl verify BACKING --state " + dir +
          "`; the audited way out is `fencectl recover --state " + dir +
          " --floor N` (docs/journal-format.md)";
-}
-
-// Domains and epochs while replaying files.
-struct ReplayState {
-  std::unordered_map<uint32_t, DomainRecord> by_id;
-  std::unordered_set<std::string> paths;
-
-  std::vector<DomainRecord> sorted() const {
-    std::vector<DomainRecord> v;
-    v.reserve(by_id.size());
-    for (const auto& [id, d] : by_id) v.push_back(d);
-    std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-    return v;
-  }
-  void add(uint32_t id, const std::string& path, uint64_t epoch) {
-    by_id[id] = DomainRecord{id, path, epoch};
-    paths.insert(path);
-  }
-};
-
-// The strict replay rules of a journal record (open() and check()).
-std::string apply_journal_record(ReplayState* s, const Record& r) {
-  switch (r.type) {
-    case format::kAdvance: {
-      auto it = s->by_id.find(r.id);
-      if (it == s->by_id.end()) return "ADVANCE for unknown domain id " + std::to_string(r.id);
-      if (r.epoch <= it->second.epoch) {
-        return "ADVANCE of domain " + std::to_string(r.id) + " to epoch " +
-               std::to_string(r.epoch) + ", not above its epoch " +
-               std::to_string(it->second.epoch);
-      }
-      it->second.epoch = r.epoch;
-      return "";
-    }
-    case format::kDomainAdd:
-      if (s->by_id.count(r.id)) return "DOMAIN_ADD of existing domain id " + std::to_string(r.id);
-      if (s->paths.count(r.path)) return "DOMAIN_ADD of existing domain path " + r.path;
-      s->add(r.id, r.path, 0);
-      return "";
-    default:
-      return "record type " + std::to_string(r.type) + " is not allowed in a journal";
-  }
 }
 
 std::string snapshot_bytes(const Incarnation& inc, uint64_t generation,
@@ -162,34 +121,16 @@ SnapshotLoad load_snapshot(const std::string& path, std::string_view data) {
     out.error = at(path, 0, why);
     return out;
   }
-  bool seen_end = false;
-  uint32_t count = 0;
-  ScanResult sr = format::scan(data, seed, [&](uint64_t, const Record& r) -> std::string {
-    if (seen_end) return "record after SNAPSHOT_END";
-    if (r.type == format::kSnapshotEnd) {
-      if (r.count != count) {
-        return "SNAPSHOT_END counts " + std::to_string(r.count) + " domains but " +
-               std::to_string(count) + " precede it";
-      }
-      seen_end = true;
-      return "";
-    }
-    if (r.type != format::kDomainState) {
-      return "record type " + std::to_string(r.type) + " is not allowed in a snapshot";
-    }
-    if (out.state.by_id.count(r.id)) return "duplicate domain id " + std::to_string(r.id);
-    if (out.state.paths.count(r.path)) return "duplicate domain path " + r.path;
-    out.state.add(r.id, r.path, r.epoch);
-    count++;
-    return "";
-  });
+  const ReplayResult rr =
+      replay(data, FileKind::kSnapshot, seed, ReplayPolicy::kStrict, &out.state);
+  const ScanResult& sr = rr.scan;
   // A snapshot is synced before it is renamed into place, so unlike the journal it can have no
   // torn tail: anything short of a clean end is corruption.
   if (sr.end != ScanEnd::kClean) {
     out.error = at(path, sr.bad_offset, sr.reason);
     return out;
   }
-  if (!seen_end) {
+  if (!rr.snapshot_end) {
     out.error = at(path, sr.valid_end, "missing SNAPSHOT_END (truncated snapshot)");
     return out;
   }
@@ -295,9 +236,8 @@ Loaded load(const Paths& p, FileLayer& fs) {
     L.journal_valid_end = L.journal.size();
     return L;
   }
-  ScanResult sr = format::scan(L.journal, L.chain, [&](uint64_t, const Record& r) {
-    return apply_journal_record(&L.state, r);
-  });
+  const ScanResult sr =
+      replay(L.journal, FileKind::kJournal, L.chain, ReplayPolicy::kStrict, &L.state).scan;
   L.records = sr.records;
   L.chain = sr.chain;
   L.journal_valid_end = sr.valid_end;
@@ -771,25 +711,15 @@ int recover_offline(const std::string& dir, uint64_t floor, FileLayer& fs, std::
       max_gen = h.generation;
       snap_inc = h.incarnation;
       have_snap_inc = true;
-      bool seen_end = false;
-      ScanResult sr = format::scan(snap, seed, [&](uint64_t, const Record& r) -> std::string {
-        if (seen_end) return "record after SNAPSHOT_END";
-        if (r.type == format::kSnapshotEnd) {
-          seen_end = true;
-          return "";
-        }
-        if (r.type != format::kDomainState) return "record type not allowed in a snapshot";
-        if (s.by_id.count(r.id) || s.paths.count(r.path)) return "duplicate domain";
-        s.add(r.id, r.path, r.epoch);
-        return "";
-      });
+      const ReplayResult rr = replay(snap, FileKind::kSnapshot, seed, ReplayPolicy::kLenient, &s);
+      const ScanResult& sr = rr.scan;
       line(p.snapshot + ": generation " + std::to_string(h.generation) + ", incarnation " +
            format::incarnation_hex(h.incarnation) + ", " + std::to_string(s.by_id.size()) +
            " domains salvaged from " + std::to_string(sr.valid_end) + " of " +
            std::to_string(snap.size()) + " bytes");
       if (sr.end != ScanEnd::kClean) {
         line(at(p.snapshot, sr.bad_offset, sr.reason) + ": the rest of the snapshot is ignored");
-      } else if (!seen_end) {
+      } else if (!rr.snapshot_end) {
         line(at(p.snapshot, sr.valid_end, "missing SNAPSHOT_END (truncated snapshot)"));
       }
     }
@@ -809,31 +739,11 @@ int recover_offline(const std::string& dir, uint64_t floor, FileLayer& fs, std::
         line(p.journal + ": incarnation " + format::incarnation_hex(h.incarnation) +
              " differs from the snapshot's; its records are merged anyway (highest epoch wins)");
       }
-      uint64_t advances = 0, adds = 0;
-      ScanResult sr = format::scan(jrnl, seed, [&](uint64_t, const Record& r) -> std::string {
-        if (r.type == format::kAdvance) {
-          auto it = s.by_id.find(r.id);
-          if (it == s.by_id.end()) return "ADVANCE for unknown domain id " + std::to_string(r.id);
-          it->second.epoch = std::max(it->second.epoch, r.epoch);
-          advances++;
-          return "";
-        }
-        if (r.type == format::kDomainAdd) {
-          auto it = s.by_id.find(r.id);
-          if (it != s.by_id.end() && it->second.path == r.path) return "";  // already known
-          if (it != s.by_id.end() || s.paths.count(r.path)) {
-            return "DOMAIN_ADD conflicting with a known domain (id " + std::to_string(r.id) +
-                   ", path " + r.path + ")";
-          }
-          s.add(r.id, r.path, 0);
-          adds++;
-          return "";
-        }
-        return "record type " + std::to_string(r.type) + " is not allowed in a journal";
-      });
+      const ReplayResult rr = replay(jrnl, FileKind::kJournal, seed, ReplayPolicy::kLenient, &s);
+      const ScanResult& sr = rr.scan;
       line(p.journal + ": generation " + std::to_string(h.generation) + ", " +
-           std::to_string(sr.records) + " records salvaged (" + std::to_string(advances) +
-           " advances, " + std::to_string(adds) + " new domains) from " +
+           std::to_string(sr.records) + " records salvaged (" + std::to_string(rr.advances) +
+           " advances, " + std::to_string(rr.adds) + " new domains) from " +
            std::to_string(sr.valid_end) + " of " + std::to_string(jrnl.size()) + " bytes");
       if (sr.end == ScanEnd::kCorrupt) {
         line(at(p.journal, sr.bad_offset, "corruption: " + sr.reason) +
