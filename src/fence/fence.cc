@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
 
@@ -139,8 +140,9 @@ int Fence::heal_journal(const Caller& c) {
   e.decision = err ? "refused" : "info";
   e.reason = err ? "io" : "";
   e.err = err ? EIO : 0;
-  e.message = err ? fmt::format("journal still failing after a failed fsync: {}", strerror(err))
-                  : "journal rewritten after a failed fsync; advances resume";
+  e.message =
+      err ? fmt::format("journal still failing after a failed fsync: {}", common::errstr(err))
+          : "journal rewritten after a failed fsync; advances resume";
   log::warn("{}", e.message);
   audit(std::move(e), c);
   return err ? EIO : 0;
@@ -185,8 +187,9 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
         lk.unlock();
         int err = raise(d, token, c, op);
         if (err) {
-          return refuse(d, Reason::Io, err, token, c, op,
-                        fmt::format("could not make epoch {} durable: {}", token, strerror(err)));
+          return refuse(
+              d, Reason::Io, err, token, c, op,
+              fmt::format("could not make epoch {} durable: {}", token, common::errstr(err)));
         }
         continue;  // re-judge under the shared lock: a higher epoch may have landed since
       }
@@ -239,7 +242,7 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
       break;
   }
   if (int err = raise(d, token, c, op)) {
-    *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
+    *why = fmt::format("could not make epoch {} durable: {}", token, common::errstr(err));
     return refuse(d, Reason::Io, err, token, c, op, *why);
   }
   if (Epoch now = d.epoch.load(); now > token) {
@@ -256,7 +259,8 @@ int Fence::apply_floor(Epoch floor, std::string* why) {
     if (d->epoch.load() >= floor) continue;
     int err = raise(*d, floor, self, Op{"floor", {}, {}});
     if (err) {
-      *why = fmt::format("domain {}: could not apply floor {}: {}", d->path, floor, strerror(err));
+      *why = fmt::format("domain {}: could not apply floor {}: {}", d->path, floor,
+                         common::errstr(err));
       return err;
     }
   }
@@ -321,7 +325,7 @@ int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string*
   uint32_t id = domains_.next_id();
   int err = store_.add_domain(id, rel);
   if (err) {
-    *why = fmt::format("could not record domain {}: {}", rel, strerror(err));
+    *why = fmt::format("could not record domain {}: {}", rel, common::errstr(err));
     return err;
   }
   domains_.add(id, rel, 0, dev, ino);

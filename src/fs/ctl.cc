@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "ctl/protocol.h"
@@ -115,7 +116,8 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr, cmd.domain, "", err, why);
       struct stat st;
       if ((err = resolve_dir(f, cmd.domain, &st))) {
-        *reply = fmt::format("{} is not a directory of this mount: {}", cmd.domain, strerror(err));
+        *reply =
+            fmt::format("{} is not a directory of this mount: {}", cmd.domain, common::errstr(err));
         err = err == ENOENT || err == ENOTDIR || err == EXDEV || err == ELOOP ? EINVAL : err;
         return refuse_ctl(f, c, op, fence::Reason::Malformed, nullptr, cmd.domain, "", err, *reply);
       }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/path.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -186,9 +187,7 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
   std::string rel = f.fence().describe({parent.fd, name});
   for (Domain* d : f.fence().domains().all()) {
     if (d->id == 0) continue;
-    if (d->path == rel || (d->path.size() > rel.size() &&
-                           d->path.compare(0, rel.size(), rel) == 0 && d->path[rel.size()] == '/'))
-      return true;
+    if (common::under(d->path, rel)) return true;
   }
   return false;
 }

@@ -6,11 +6,11 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
-#include <system_error>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "common/error.h"
 #include "journal/format.h"
 #include "journal/replay.h"
 
@@ -24,7 +24,7 @@ using format::Record;
 using format::ScanEnd;
 using format::ScanResult;
 
-std::string errstr(int e) { return std::error_code(e, std::generic_category()).message(); }
+using common::errstr;
 
 std::string strip_slashes(std::string dir) {
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
