@@ -429,8 +429,8 @@ double sample_value(const std::map<std::string, PromFamily>& fam, const std::str
   for (auto& s : it->second.samples) {
     bool ok = true;
     for (auto& [k, v] : labels) {
-      auto l =
-          std::find_if(s.labels.begin(), s.labels.end(), [&](auto& x) { return x.first == k; });
+      auto l = std::find_if(s.labels.begin(), s.labels.end(),
+                            [&key = k](auto& x) { return x.first == key; });
       if (l == s.labels.end() || l->second != v) ok = false;
     }
     if (ok) return s.value;
