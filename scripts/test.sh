@@ -49,7 +49,7 @@ cleanup() {
 trap cleanup EXIT
 
 B=build
-if want format && command -v clang-format >/dev/null && [ -d .git ]; then
+if want format && command -v clang-format >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
   run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
 fi
 if want tidy; then

@@ -192,7 +192,8 @@ void make_target(Ctx& x, Target t, const std::string& name) {
 class OpenMatrix : public ::testing::TestWithParam<std::tuple<Target, int>> {};
 
 TEST_P(OpenMatrix, AllFlagCombinations) {
-  auto [target, acc] = GetParam();
+  const Target target = std::get<0>(GetParam());
+  const int acc = std::get<1>(GetParam());
   auto r = run([target, acc](Ctx& x) {
     static const std::pair<int, const char*> kFlags[] = {
         {O_CREAT, "O_CREAT"},   {O_EXCL, "O_EXCL"},         {O_TRUNC, "O_TRUNC"},
