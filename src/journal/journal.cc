@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "journal/format.h"
 #include "journal/replay.h"
+#include "journal/state_files.h"
 
 namespace fencefs::journal {
 namespace {
@@ -26,65 +27,10 @@ using format::ScanResult;
 
 using common::errstr;
 
-std::string strip_slashes(std::string dir) {
-  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  return dir;
-}
-
-std::string parent_dir(const std::string& dir) {
-  size_t slash = dir.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return dir.substr(0, slash);
-}
-
-struct Paths {
-  explicit Paths(const std::string& d)
-      : dir(strip_slashes(d)),
-        snapshot(dir + "/snapshot"),
-        journal(dir + "/journal"),
-        snapshot_tmp(dir + "/snapshot.tmp"),
-        journal_tmp(dir + "/journal.tmp") {}
-  std::string dir, snapshot, journal, snapshot_tmp, journal_tmp;
-};
-
-std::string at(const std::string& file, uint64_t offset, const std::string& reason) {
-  return file + ": " + reason + " at byte " + std::to_string(offset);
-}
-
 std::string refusal_hint(const std::string& dir) {
   return "; refusing to open. Inspect with `fencectl verify BACKING --state " + dir +
          "`; the audited way out is `fencectl recover --state " + dir +
          " --floor N` (docs/journal-format.md)";
-}
-
-std::string snapshot_bytes(const Incarnation& inc, uint64_t generation,
-                           const std::vector<DomainRecord>& domains) {
-  FileHeader h;
-  h.incarnation = inc;
-  h.generation = generation;
-  uint32_t chain = 0;
-  std::string out = format::encode_header(FileKind::kSnapshot, h, &chain);
-  for (const auto& d : domains) {
-    Record r;
-    r.type = format::kDomainState;
-    r.id = d.id;
-    r.epoch = d.epoch;
-    r.path = d.path;
-    format::append_record(&out, &chain, r);
-  }
-  Record end;
-  end.type = format::kSnapshotEnd;
-  end.count = static_cast<uint32_t>(domains.size());
-  format::append_record(&out, &chain, end);
-  return out;
-}
-
-std::string journal_header(const Incarnation& inc, uint64_t generation, uint32_t* chain) {
-  FileHeader h;
-  h.incarnation = inc;
-  h.generation = generation;
-  return format::encode_header(FileKind::kJournal, h, chain);
 }
 
 // Writes `bytes` to `tmp`, syncs it, renames it over `final`, syncs the directory. The new file
@@ -661,154 +607,6 @@ std::unique_ptr<StateStore> StateStore::open(const std::string& dir, const Optio
                          std::to_string(L.records) + " records of " + p.journal);
   store->init(L.state, std::move(journal), chain, inc, gen, jsize, L.snapshot_size, std::move(rep));
   return store;
-}
-
-int recover_offline(const std::string& dir, uint64_t floor, FileLayer& fs, std::string* report) {
-  const Paths p(dir);
-  std::string out;
-  auto line = [&](const std::string& s) { out += s + "\n"; };
-  auto done = [&](int rc) {
-    if (report != nullptr) *report = out;
-    return rc;
-  };
-  if (!fs.exists(p.dir)) {
-    line("no state directory " + p.dir + ": nothing to recover (use --init to create)");
-    return done(ENOENT);
-  }
-  std::string snap, jrnl;
-  int rs = fs.read_file(p.snapshot, &snap);
-  int rj = fs.read_file(p.journal, &jrnl);
-  if (rs != 0 && rs != ENOENT) {
-    line(p.snapshot + ": cannot read: " + errstr(rs));
-    return done(rs);
-  }
-  if (rj != 0 && rj != ENOENT) {
-    line(p.journal + ": cannot read: " + errstr(rj));
-    return done(rj);
-  }
-  if (rs == ENOENT && rj == ENOENT) {
-    line("no state in " + p.dir + ": nothing to recover (use --init to create)");
-    return done(ENOENT);
-  }
-
-  // Salvage: the longest valid prefix of each file, merged by taking the highest epoch seen
-  // (raising an epoch can only fence more, never admit a superseded owner).
-  ReplayState s;
-  uint64_t max_gen = 0;
-  bool any_header = false;
-  Incarnation snap_inc{};
-  bool have_snap_inc = false;
-  if (rs == ENOENT) {
-    line(p.snapshot + ": missing");
-  } else {
-    FileHeader h;
-    uint32_t seed = 0;
-    std::string why = format::decode_header(snap, FileKind::kSnapshot, &h, &seed);
-    if (!why.empty()) {
-      line(at(p.snapshot, 0, why) + ": nothing salvaged from it");
-    } else {
-      any_header = true;
-      max_gen = h.generation;
-      snap_inc = h.incarnation;
-      have_snap_inc = true;
-      const ReplayResult rr = replay(snap, FileKind::kSnapshot, seed, ReplayPolicy::kLenient, &s);
-      const ScanResult& sr = rr.scan;
-      line(p.snapshot + ": generation " + std::to_string(h.generation) + ", incarnation " +
-           format::incarnation_hex(h.incarnation) + ", " + std::to_string(s.by_id.size()) +
-           " domains salvaged from " + std::to_string(sr.valid_end) + " of " +
-           std::to_string(snap.size()) + " bytes");
-      if (sr.end != ScanEnd::kClean) {
-        line(at(p.snapshot, sr.bad_offset, sr.reason) + ": the rest of the snapshot is ignored");
-      } else if (!rr.snapshot_end) {
-        line(at(p.snapshot, sr.valid_end, "missing SNAPSHOT_END (truncated snapshot)"));
-      }
-    }
-  }
-  if (rj == ENOENT) {
-    line(p.journal + ": missing");
-  } else {
-    FileHeader h;
-    uint32_t seed = 0;
-    std::string why = format::decode_header(jrnl, FileKind::kJournal, &h, &seed);
-    if (!why.empty()) {
-      line(at(p.journal, 0, why) + ": nothing salvaged from it");
-    } else {
-      any_header = true;
-      max_gen = std::max(max_gen, h.generation);
-      if (have_snap_inc && h.incarnation != snap_inc) {
-        line(p.journal + ": incarnation " + format::incarnation_hex(h.incarnation) +
-             " differs from the snapshot's; its records are merged anyway (highest epoch wins)");
-      }
-      const ReplayResult rr = replay(jrnl, FileKind::kJournal, seed, ReplayPolicy::kLenient, &s);
-      const ScanResult& sr = rr.scan;
-      line(p.journal + ": generation " + std::to_string(h.generation) + ", " +
-           std::to_string(sr.records) + " records salvaged (" + std::to_string(rr.advances) +
-           " advances, " + std::to_string(rr.adds) + " new domains) from " +
-           std::to_string(sr.valid_end) + " of " + std::to_string(jrnl.size()) + " bytes");
-      if (sr.end == ScanEnd::kCorrupt) {
-        line(at(p.journal, sr.bad_offset, "corruption: " + sr.reason) +
-             ": the rest of the journal is ignored");
-      } else if (sr.end == ScanEnd::kTorn) {
-        line(at(p.journal, sr.bad_offset, "torn tail: " + sr.reason) + ": cut");
-      }
-    }
-  }
-  if (!s.by_id.count(0)) {
-    if (s.paths.count("/")) {
-      line("the path \"/\" belongs to a domain other than 0; refusing to guess");
-      return done(EUCLEAN);
-    }
-    s.add(0, "/", 0);
-    line("root domain 0 \"/\" was not salvaged: recreated at epoch 0 (before the floor)");
-  }
-
-  uint64_t raised = 0;
-  for (auto& [id, d] : s.by_id) {
-    if (d.epoch < floor) {
-      d.epoch = floor;
-      raised++;
-    }
-  }
-  line("floor " + std::to_string(floor) + ": raised " + std::to_string(raised) + " of " +
-       std::to_string(s.by_id.size()) + " domains");
-
-  Incarnation inc;
-  int rc = format::random_incarnation(&inc);
-  if (rc != 0) {
-    line("cannot get random bytes for a new incarnation: " + errstr(rc));
-    return done(rc);
-  }
-  const uint64_t gen = any_header ? max_gen + 1 : 1;
-  const std::vector<DomainRecord> domains = s.sorted();
-  const std::string sbytes = snapshot_bytes(inc, gen, domains);
-  uint32_t seed = 0;
-  const std::string jbytes = journal_header(inc, gen, &seed);
-  // Both temp files durable first, then both renames and one directory sync. A crash between
-  // the renames leaves files of two incarnations, which open() refuses: run recover again.
-  auto write_tmp = [&](const std::string& path, const std::string& bytes) {
-    int err = 0;
-    std::unique_ptr<File> f = fs.open_append(path, true, &err);
-    if (f == nullptr) return err != 0 ? err : EIO;
-    err = f->append(bytes.data(), bytes.size());
-    if (err == 0) err = f->sync();
-    int cerr = f->close();
-    return err != 0 ? err : cerr;
-  };
-  rc = write_tmp(p.snapshot_tmp, sbytes);
-  if (rc == 0) rc = write_tmp(p.journal_tmp, jbytes);
-  if (rc == 0) rc = fs.rename(p.snapshot_tmp, p.snapshot);
-  if (rc == 0) rc = fs.rename(p.journal_tmp, p.journal);
-  if (rc == 0) rc = fs.sync_dir(p.dir);
-  if (rc != 0) {
-    line("writing the recovered state failed: " + errstr(rc) + " (run recover again)");
-    return done(rc);
-  }
-  line("wrote a new state: incarnation " + format::incarnation_hex(inc) + ", generation " +
-       std::to_string(gen));
-  for (const auto& d : domains) {
-    line("  domain " + std::to_string(d.id) + " " + d.path + ": epoch " + std::to_string(d.epoch));
-  }
-  return done(0);
 }
 
 CheckResult check(const std::string& dir, FileLayer& fs) {
