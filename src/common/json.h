@@ -1,5 +1,6 @@
 // Reading JSON (the status page, audit lines): nlohmann-json parses; Value is the small read-only
-// tree fencectl walks to filter and print.
+// tree fencectl walks to filter and print. A lone \udc80..\udcff escape (how the audit log writes
+// a byte of a name that is not UTF-8) reads back as that byte.
 #pragma once
 #include <map>
 #include <memory>

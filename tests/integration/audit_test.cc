@@ -459,7 +459,7 @@ TEST(AuditFormat, EscapingRoundTripsThroughJson) {
   auto v = fencefs::json::parse(line, &err);
   ASSERT_TRUE(v) << err;
   EXPECT_EQ("2026-12-02T10:00:00.123456Z", S(*v, "time"));
-  EXPECT_EQ(e.path.substr(0, 24), S(*v, "path").substr(0, 24));
+  EXPECT_EQ(e.path, S(*v, "path"));  // the stray bytes too
   EXPECT_EQ("a\tb", S(*v, "comm"));
   EXPECT_EQ(0u, N(*v, "errno"));
   EXPECT_EQ("", S(*v, "error"));

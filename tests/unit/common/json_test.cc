@@ -36,6 +36,21 @@ TEST(Json, KeepsDocumentOrderAndDecodesEscapes) {
   EXPECT_EQ("tab\there \xc3\xa9 \xf0\x9f\x98\x80 \"q\"", v->obj[1].second.str);
 }
 
+TEST(Json, StrayByteEscapesReadBackAsTheBytes) {
+  // The audit log's surrogateescape: bytes of a name that are not UTF-8.
+  std::string err;
+  auto v = parse(R"({"path":"/bad\udcff\uDCFE/ok","\udc80k":"\ud83d\ude00"})", &err);
+  ASSERT_TRUE(v) << err;
+  EXPECT_EQ("/bad\xff\xfe/ok", v->get("path")->str);
+  EXPECT_EQ("\x80k", v->obj[1].first);
+  EXPECT_EQ("\xf0\x9f\x98\x80", v->obj[1].second.str);  // a real pair is a character
+  EXPECT_FALSE(parse(R"(["\ud83d"])"));                 // a lone high surrogate is not a byte
+  auto q = parse(R"(["\\udcff", "a\"\udcff"])");        // an escaped backslash is not an escape
+  ASSERT_TRUE(q);
+  EXPECT_EQ("\\udcff", q->arr[0].str);
+  EXPECT_EQ("a\"\xff", q->arr[1].str);
+}
+
 TEST(Json, NumbersThatAreNotCountsReadAsZero) {
   auto v = parse(R"([-1, 2.5, "7"])");
   ASSERT_TRUE(v);
