@@ -1,5 +1,5 @@
 // Journal generation and recovery timing against the fencefs journal library
-// (fencefs::journal::StateStore, src/journal/journal.h). Built by scripts/bench.sh.
+// (fencefs::journal::StateStore, src/journal/journal.h). A CMake target (build/bench/).
 //
 //   journal_bench generate DIR N [DOMAINS]
 //       Opens (creating if missing) the state in DIR with compaction disabled, declares DOMAINS

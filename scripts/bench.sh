@@ -23,7 +23,9 @@
 #   BENCH_SKIP_SETUP [0]          1 = do not run scripts/setup.sh (use the existing build/)
 #   BENCH_TIMEOUT [600]           seconds before any single workload command is abandoned
 #   BENCH_FENCEFS, BENCH_FENCECTL [build/fencefs, build/fencectl]  binaries to benchmark
-#   BENCH_JOURNAL_LIBS ["build/.../libfencefs_journal.a build/.../libfencefs_common.a"]
+#   BENCH_JOURNAL_BENCH [build/bench/journal_bench]  journal helper (built with the library it times)
+# The workload programs (bench/*.c, bench/journal_bench.cc) are CMake targets (FENCEFS_BUILD_BENCH)
+# built into build/bench/; only libfuse's passthrough_ll example is compiled here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -99,29 +101,21 @@ fetch_example passthrough_helpers.h
 # shellcheck disable=SC2046
 cc -O2 -o "$B/passthrough_ll" "$B/src/passthrough_ll.c" $(pkg-config --cflags --libs fuse3) \
   2>"$B/passthrough_ll.build.log" || die "passthrough_ll did not build: $(tail -5 "$B/passthrough_ll.build.log")"
+cmake --build "$ROOT/build" --target bench >"$B/bench.build.log" 2>&1 ||
+  log "warning: the bench target did not build: $(grep -m1 -E 'error' "$B/bench.build.log" | cut -c1-160)"
 for prog in legacy_job meta advance; do
-  cc -O2 -Wall -Wextra -I"$ROOT/include" -o "$B/$prog" "bench/$prog.c" -lpthread
+  [ -x "$B/$prog" ] || die "$B/$prog missing (configure build/ with -DFENCEFS_BUILD_BENCH=ON)"
 done
 PT_BIN=$B/passthrough_ll
 FENCEFS=${BENCH_FENCEFS:-$ROOT/build/fencefs}     # override to compare another build (before/after)
 FENCECTL=${BENCH_FENCECTL:-$ROOT/build/fencectl}
 
 # The journal helper links the project's journal library (fencefs::journal::StateStore).
-JB=""
+JB=${BENCH_JOURNAL_BENCH:-$B/journal_bench}
 JB_REASON=""
-if [ -n "${BENCH_JOURNAL_LIBS:-}" ]; then  # "JOURNAL.a COMMON.a", to bench another build
-  read -r jlib clib <<<"$BENCH_JOURNAL_LIBS"
-else
-  jlib=$(find "$ROOT/build" -path "$B" -prune -o -name libfencefs_journal.a -print -quit 2>/dev/null || true)
-  clib=$(find "$ROOT/build" -path "$B" -prune -o -name libfencefs_common.a -print -quit 2>/dev/null || true)
-fi
-if [ -z "$jlib" ] || [ -z "$clib" ]; then
-  JB_REASON="journal library not built (no libfencefs_journal.a / libfencefs_common.a in build/)"
-elif c++ -std=c++20 -O2 -I"$ROOT/src" -I"$ROOT/include" -o "$B/journal_bench" bench/journal_bench.cc \
-       "$jlib" "$clib" -lfmt -lpthread 2>"$B/journal_bench.build.log"; then
-  JB=$B/journal_bench
-else
-  JB_REASON="bench/journal_bench.cc did not build against the journal library: $(grep -m1 -E 'error' "$B/journal_bench.build.log" | cut -c1-160)"
+if [ ! -x "$JB" ]; then
+  JB_REASON="$JB not built (see $B/bench.build.log)"
+  JB=""
 fi
 [ -n "$JB" ] || log "journal helper unavailable: $JB_REASON"
 

@@ -74,7 +74,8 @@ mkdir -p "$BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
   -DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link" -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" \
-  -DFENCEFS_FUZZ=ON -DFENCEFS_SANITIZE=address,undefined >"$BUILD/fuzz-configure.log" 2>&1 ||
+  -DFENCEFS_FUZZ=ON -DFENCEFS_SANITIZE=address,undefined -DFENCEFS_BUILD_TESTS=OFF \
+  -DFENCEFS_BUILD_BENCH=OFF >"$BUILD/fuzz-configure.log" 2>&1 ||
   { cat "$BUILD/fuzz-configure.log" >&2; die "cmake configure failed"; }
 echo "fuzz: building ${targets[*]}"
 cmake --build "$BUILD" --target "${targets[@]}" -j"$JOBS" || die "build failed"

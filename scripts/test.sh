@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs every test suite. Used by .ci/run.
+# Installs what is missing, builds, and runs every check and test suite. Used by .ci/run.
 #   scripts/test.sh            everything
-#   SKIP_SANITIZE=1            skip the ASan/UBSan pass
-#   SKIP_FUZZ=1                skip the bounded fuzzing pass
+#   TEST_PARTS="format tidy"   only these parts, from: format tidy clang unit mount shell asan fuzz
+#                              (unit, format, tidy and clang need no root and mount nothing)
+#   SKIP_SANITIZE=1            skip the ASan/UBSan pass (same as leaving out "asan")
+#   SKIP_FUZZ=1                skip the bounded fuzzing pass (same as leaving out "fuzz")
+# Mounts made by the tests live below a directory of this run (FENCEFS_TEST_TMP), and the cleanup
+# unmounts only those: other runs on the same machine are left alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+PARTS=" ${TEST_PARTS:-format tidy clang unit mount shell asan fuzz} "
+[ -n "${SKIP_SANITIZE:-}" ] && PARTS=${PARTS/ asan / }
+[ -n "${SKIP_FUZZ:-}" ] && PARTS=${PARTS/ fuzz / }
+want() { case "$PARTS" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+JOBS=$(nproc)
+
 scripts/setup.sh || exit 1
 
 failed=()
@@ -20,54 +30,83 @@ run() {  # run NAME CMD...
   else
     failed+=("$name")
     echo "=== $name: FAILED ($((SECONDS - start)) s)"
+    return 1
   fi
 }
 
-# Leftover mounts from an interrupted run would make later mounts fail.
-cleanup_mounts() {
-  grep -E ' fuse\.fencefs ' /proc/mounts | awk '{print $2}' | while read -r m; do
-    case "$m" in /tmp/fencefs-*) fusermount3 -u -z "$m" 2>/dev/null ;; esac
-  done
+RUN_TMP=$(mktemp -d /tmp/fencefs-run-XXXXXX) || exit 1
+chmod 755 "$RUN_TMP"  # the tests' unprivileged users must reach their mountpoints
+export FENCEFS_TEST_TMP=$RUN_TMP
+# Unmounts what this run's tests left mounted (an interrupted or crashed test), then removes the
+# run's directory. Mounts elsewhere, other runs' included, are not touched.
+cleanup() {
+  awk -v top="$RUN_TMP/" '$3 ~ /^fuse/ && index($2, top) == 1 { print $2 }' /proc/mounts |
+    sort -r | while read -r m; do fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null; done
+  if ! awk -v top="$RUN_TMP/" 'index($2, top) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+    rm -rf --one-file-system "$RUN_TMP"
+  fi
 }
-trap cleanup_mounts EXIT
-cleanup_mounts
+trap cleanup EXIT
 
 B=build
-if command -v clang-format >/dev/null && [ -d .git ]; then
+if want format && command -v clang-format >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
   run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
 fi
-for t in journal_tests fence_tests; do
-  [ -x "$B/$t" ] && run "$t" "$B/$t" --gtest_brief=1
-done
-for t in "$B"/*_test; do
-  [ -x "$t" ] && run "$(basename "$t")" "$t" --gtest_brief=1
-done
-for s in tests/shell/*.sh; do
-  [ -f "$s" ] && run "$(basename "$s")" bash "$s" "$B"
-done
+if want tidy; then
+  # .clang-tidy holds the checks (and why each disabled one is off) and makes findings errors;
+  # build/compile_commands.json says how each file is compiled. Findings go to stdout.
+  tidy() { git ls-files 'src/*.cc' | xargs -P"$JOBS" -n4 clang-tidy -p "$B" --quiet 2>/dev/null; }
+  run "clang-tidy" tidy
+fi
+if want clang; then
+  # The same tree with clang, warnings as errors, beside GCC's build/.
+  clang_build() {
+    CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DFENCEFS_WERROR=ON >/dev/null && cmake --build build-clang -j"$JOBS" >/dev/null
+  }
+  if run "clang-build" clang_build && want unit; then
+    run "clang:unit" ctest --test-dir build-clang -L unit -j"$JOBS" --output-on-failure --timeout 300
+  fi
+fi
+if want unit; then
+  run "unit" ctest --test-dir "$B" -L unit -j"$JOBS" --output-on-failure --timeout 300
+fi
+if want mount; then
+  # One binary per suite (the suites share a mount per process where they can).
+  for t in "$B"/*_test; do
+    [ -x "$t" ] && run "$(basename "$t")" "$t" --gtest_brief=1
+  done
+fi
+if want shell; then
+  for s in tests/shell/*.sh; do
+    [ -f "$s" ] && run "$(basename "$s")" bash "$s" "$B"
+  done
+fi
 
-if [ -z "${SKIP_SANITIZE:-}" ]; then
+if want asan; then
   # The whole suite once more under ASan and UBSan.
   echo "=== building with -fsanitize=address,undefined"
   if cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFENCEFS_SANITIZE=address,undefined \
-      >/dev/null && cmake --build build-asan -j"$(nproc)" >/dev/null; then
+      >/dev/null && cmake --build build-asan -j"$JOBS" >/dev/null; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-    for t in journal_tests fence_tests; do
-      [ -x build-asan/$t ] && run "asan:$t" build-asan/$t --gtest_brief=1
+    for t in build-asan/*_tests; do
+      [ -x "$t" ] && run "asan:$(basename "$t")" "$t" --gtest_brief=1
     done
-    for t in build-asan/*_test; do
-      # libfiu's LD_PRELOAD cannot run beside ASan's runtime (it crashes at start), so the one
-      # test that injects fsync errors with fiu-run runs in the plain pass only; under ASan the
-      # same failure path is covered by journal_tests' fault-injecting file layer.
-      [ -x "$t" ] && run "asan:$(basename "$t")" "$t" --gtest_brief=1 \
-        --gtest_filter=-Durability.FsyncFailureFailsClosed
-    done
+    if want mount; then
+      for t in build-asan/*_test; do
+        # libfiu's LD_PRELOAD cannot run beside ASan's runtime (it crashes at start), so the one
+        # test that injects fsync errors with fiu-run runs in the plain pass only; under ASan the
+        # same failure path is covered by journal_tests' fault-injecting file layer.
+        [ -x "$t" ] && run "asan:$(basename "$t")" "$t" --gtest_brief=1 \
+          --gtest_filter=-Durability.FsyncFailureFailsClosed
+      done
+    fi
   else
     failed+=("asan-build")
   fi
 fi
 
-if [ -z "${SKIP_FUZZ:-}" ] && [ -f scripts/fuzz.sh ]; then
+if want fuzz && [ -f scripts/fuzz.sh ]; then
   run "fuzz" env FUZZ_SECONDS="${FUZZ_SECONDS:-60}" bash scripts/fuzz.sh
 fi
 

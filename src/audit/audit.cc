@@ -14,7 +14,9 @@
 #include <fstream>
 #include <unordered_set>
 
+#include "common/error.h"
 #include "common/log.h"
+#include "common/parse.h"
 #include "common/proc.h"
 
 namespace fencefs::audit {
@@ -296,7 +298,7 @@ void Log::rotate_locked() {
   }
   if (err) {
     // Keep appending to the same file rather than retrying on every record.
-    log::error("audit: cannot rotate {}: {}; appending to it", base, strerror(err));
+    log::error("audit: cannot rotate {}: {}; appending to it", base, common::errstr(err));
   }
   bytes_ = 0;
   partial_ = false;
@@ -310,7 +312,7 @@ void Log::failed_locked(const char* what, int err) {
     log::error(
         "audit: cannot {} {}/{} ({} failure{} so far; decisions are unaffected, the "
         "records are lost): {}",
-        what, opts_.dir, kBase, f, f == 1 ? "" : "s", err ? strerror(err) : "short write");
+        what, opts_.dir, kBase, f, f == 1 ? "" : "s", err ? common::errstr(err) : "short write");
 }
 
 bool Log::write_locked(const std::string& line) {
@@ -419,10 +421,9 @@ std::vector<std::string> log_files(const std::string& dir) {
         have_base = true;
         continue;
       }
+      uint64_t k = 0;
       if (name.size() > blen + 1 && name.substr(0, blen) == kBase && name[blen] == '.' &&
-          all_digits(name.substr(blen + 1))) {
-        uint64_t k = 0;
-        std::from_chars(name.data() + blen + 1, name.data() + name.size(), k);
+          common::parse_u64(name.substr(blen + 1), &k)) {
         rotated.emplace_back(k, dir + "/" + std::string(name));
       }
     }
@@ -430,6 +431,7 @@ std::vector<std::string> log_files(const std::string& dir) {
   }
   std::sort(rotated.begin(), rotated.end(), [](auto& a, auto& b) { return a.first > b.first; });
   std::vector<std::string> out;
+  out.reserve(rotated.size() + 1);
   for (auto& [k, p] : rotated) out.push_back(p);
   if (have_base) out.push_back(dir + "/" + kBase);
   return out;
@@ -444,7 +446,7 @@ std::vector<std::string> for_each_record(
                         const std::function<void(const std::string&, uint64_t, bool)>& each) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      if (errno != ENOENT) errors.push_back(file + ": " + strerror(errno));
+      if (errno != ENOENT) errors.push_back(file + ": " + common::errstr(errno));
       return;
     }
     std::string line;
@@ -556,7 +558,7 @@ std::optional<int64_t> parse_iso_time(std::string_view s) {
       if (!digits(s, &i, 2, &oh)) return std::nullopt;
       take(s, &i, ':');
       if (i < s.size() && !digits(s, &i, 2, &om)) return std::nullopt;
-      offset_s = sign * (oh * 3600 + om * 60);
+      offset_s = sign * (int64_t{oh} * 3600 + int64_t{om} * 60);
     }
   }
   if (i != s.size()) return std::nullopt;
@@ -590,7 +592,7 @@ std::optional<int64_t> parse_since(std::string_view s, int64_t now_ns) {
         unit = 86400;
         break;
       case 'w':
-        unit = 7 * 86400;
+        unit = int64_t{7} * 86400;
         break;
       default:
         return parse_iso_time(s);

@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
+#include "common/error.h"
 #include "common/json.h"
 #include "fence/token.h"
 
@@ -120,7 +121,7 @@ int cmd_run(const Args& args) {
   if (!user.empty()) {
     if ((!uname.empty() ? initgroups(uname.c_str(), gid) : setgroups(0, nullptr)) != 0 ||
         setgid(gid) != 0 || setuid(uid) != 0) {
-      fail(fmt::format("run: cannot become {}: {}", user, strerror(errno)));
+      fail(fmt::format("run: cannot become {}: {}", user, common::errstr(errno)));
       return 125;
     }
   }
@@ -129,7 +130,7 @@ int cmd_run(const Args& args) {
   argv.push_back(nullptr);
   execvp(argv[0], argv.data());
   int e = errno;
-  fail(fmt::format("run: {}: {}", args[i], strerror(e)));
+  fail(fmt::format("run: {}: {}", args[i], common::errstr(e)));
   return e == ENOENT ? 127 : 126;
 }
 
@@ -173,7 +174,7 @@ int cmd_sign(const Args& args) {
   if (!e) usage_error("sign: malformed epoch '" + epoch + "'");
   std::ifstream in(key, std::ios::binary);
   if (!in) {
-    fail("sign: cannot read key " + key + ": " + strerror(errno));
+    fail("sign: cannot read key " + key + ": " + common::errstr(errno));
     return 1;
   }
   std::string k((std::istreambuf_iterator<char>(in)), {});
@@ -192,7 +193,7 @@ int cmd_domain(const Args& args) {
   }
   char real[PATH_MAX];
   if (!realpath(path.c_str(), real)) {
-    fail("domain add: " + path + ": " + strerror(errno));
+    fail("domain add: " + path + ": " + common::errstr(errno));
     return 1;
   }
   std::string root = find_mount(mount.empty() ? std::string(real) : mount);
@@ -234,7 +235,7 @@ int cmd_status(const Args& args) {
   std::string text;
   int err = read_ctl_file(root, "status", &text);
   if (err) {
-    fail(fmt::format("status: cannot read {}/.fencefs/status: {}", root, strerror(err)));
+    fail(fmt::format("status: cannot read {}/.fencefs/status: {}", root, common::errstr(err)));
     return 1;
   }
   if (as_json) {

@@ -29,7 +29,9 @@
 #include "audit/audit.h"
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
+#include "common/error.h"
 #include "common/json.h"
+#include "common/path.h"
 #include "common/proc.h"
 #include "fence/highwater.h"
 #include "fence/stamp.h"
@@ -39,6 +41,7 @@
 namespace fencefs::cli {
 namespace {
 
+using common::under;
 using fence::kStampXattr;
 constexpr uint64_t kMaxToken = 9223372036854775807ull;
 
@@ -64,11 +67,6 @@ std::string canonical(const std::string& p) {
   std::string s = p;
   while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;
-}
-
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         (dir == "/" || path[dir.size()] == '/'));
 }
 
 // --- mounts -----------------------------------------------------------------------------------
@@ -384,7 +382,7 @@ int cmd_verify(const Args& args) {
   errno = 0;
   if (!realpath(backing_arg.c_str(), real) || stat(real, &bst) != 0 || !S_ISDIR(bst.st_mode)) {
     cannot.push_back(fmt::format("backing directory {}: {}", backing_arg,
-                                 errno ? strerror(errno) : "not a directory"));
+                                 errno ? common::errstr(errno) : "not a directory"));
   } else {
     backing = real;
   }
@@ -457,7 +455,7 @@ int cmd_verify(const Args& args) {
             } else {
               unreadable++;
               warnings.push_back(
-                  fmt::format("{}: cannot read its stamp: {}", e.rel, strerror(errno)));
+                  fmt::format("{}: cannot read its stamp: {}", e.rel, common::errstr(errno)));
             }
             return;
           }
@@ -475,10 +473,10 @@ int cmd_verify(const Args& args) {
         [&](const std::string& rel, int err) {
           if (rel == "/") {
             root_failed = true;
-            cannot.push_back(fmt::format("cannot read {}: {}", backing, strerror(err)));
+            cannot.push_back(fmt::format("cannot read {}: {}", backing, common::errstr(err)));
           } else {
             unreadable++;
-            warnings.push_back(fmt::format("{}: {}", rel, strerror(err)));
+            warnings.push_back(fmt::format("{}: {}", rel, common::errstr(err)));
           }
         });
     bar.clear();
@@ -511,7 +509,7 @@ int cmd_verify(const Args& args) {
     int hwerr = 0;
     for (auto& [path, hw] : read_highwater(backing, &hwerr)) {
       auto it = std::find_if(domains.begin(), domains.end(),
-                             [&](const DomainEpoch& x) { return x.path == path; });
+                             [&p = path](const DomainEpoch& x) { return x.path == p; });
       if (it == domains.end()) {
         warnings.push_back(fmt::format(
             "BACKING's high-water copy names domain {} (epoch {}), unknown to the state", path,
@@ -527,7 +525,7 @@ int cmd_verify(const Args& args) {
     }
     if (hwerr)
       warnings.push_back(
-          fmt::format("cannot read the high-water copy on {}: {}", backing, strerror(hwerr)));
+          fmt::format("cannot read the high-water copy on {}: {}", backing, common::errstr(hwerr)));
 
     // 4. Every stamp against its domain's epoch, and the file against its stamp.
     for (const auto& f : stamped_files) {
@@ -752,7 +750,7 @@ int cmd_recover(const Args& args) {
   for (auto& l : lines) std::cout << l << "\n";
   for (auto& w : warnings) std::cerr << "fencectl: recover: warning: " << w << "\n";
   if (rc != 0) {
-    fail(fmt::format("recover: failed: {} ({})", errname(rc), strerror(rc)));
+    fail(fmt::format("recover: failed: {} ({})", errname(rc), common::errstr(rc)));
     return 1;
   }
   std::cout << fmt::format(
@@ -796,7 +794,8 @@ int cmd_audit(const Args& args) {
   struct stat sst;
   errno = 0;
   if (stat(state.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
-    fail("audit: state directory " + state + ": " + (errno ? strerror(errno) : "not a directory"));
+    fail("audit: state directory " + state + ": " +
+         (errno ? common::errstr(errno) : "not a directory"));
     return 2;
   }
   std::optional<int64_t> since;
@@ -869,7 +868,7 @@ int cmd_audit(const Args& args) {
       std::string before = str("epoch_before"), after = str("epoch_after");
       std::string path = str("path");
       if (!str("path2").empty()) path += " -> " + str("path2");
-      auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
+      auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
       r.cols[0] = t;
       r.cols[1] = dash(str("decision"));
       r.cols[2] = dash(str("reason"));

@@ -1,166 +1,149 @@
 #include "common/json.h"
 
-#include <charconv>
-#include <cstdlib>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/parse.h"
 
 namespace fencefs::json {
 namespace {
 
-struct Parser {
-  std::string_view s;
-  size_t i = 0;
-  std::string err;
+using Json = nlohmann::ordered_json;
 
-  void ws() {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
+// The audit log writes a byte that is not valid UTF-8 as a lone low surrogate \udc80..\udcff
+// (Python's surrogateescape; docs/audit.md), which strict JSON readers refuse. Before parsing,
+// each such escape becomes U+FDD0 (a noncharacter, never written for a real name) followed by
+// U+00XX; after parsing, that pair becomes the byte XX again.
+constexpr std::string_view kMarker = "\xEF\xB7\x90";  // U+FDD0 in UTF-8
+
+int hex4(std::string_view s) {
+  int v = 0;
+  for (char c : s) {
+    int d = c >= '0' && c <= '9'   ? c - '0'
+            : c >= 'a' && c <= 'f' ? c - 'a' + 10
+            : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                   : -1;
+    if (d < 0) return -1;
+    v = v * 16 + d;
   }
-  bool fail(const char* what) {
-    if (err.empty()) err = std::string(what) + " at byte " + std::to_string(i);
-    return false;
-  }
-  bool lit(std::string_view w) {
-    if (s.substr(i, w.size()) != w) return fail("bad literal");
-    i += w.size();
-    return true;
-  }
-  static void utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+  return v;
+}
+
+// Rewrites lone \udcXX escapes (XX >= 80) inside strings; false when there were none.
+bool mark_stray_bytes(std::string_view text, std::string* out) {
+  bool any = false;
+  bool in_string = false;
+  bool after_high = false;  // the previous escape was a high surrogate: a pair, not a stray byte
+  out->reserve(text.size() + 16);
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (!in_string || c != '\\' || i + 1 >= text.size()) {
+      if (c == '"') in_string = !in_string;
+      after_high = false;
+      *out += c;
+      i++;
+      continue;
+    }
+    if (text[i + 1] != 'u' || i + 6 > text.size()) {
+      after_high = false;
+      out->append(text.substr(i, 2));  // \" \\ \n ...: never a string's end
+      i += 2;
+      continue;
+    }
+    const int cp = hex4(text.substr(i + 2, 4));
+    if (cp >= 0xDC80 && cp <= 0xDCFF && !after_high) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      *out += "\\ufdd0\\u00";
+      *out += kHex[(cp >> 4) & 0xF];
+      *out += kHex[cp & 0xF];
+      any = true;
+      after_high = false;
     } else {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
+      out->append(text.substr(i, 6));
+      after_high = cp >= 0xD800 && cp <= 0xDBFF;
+    }
+    i += 6;
+  }
+  return any;
+}
+
+// U+FDD0 followed by U+0080..U+00FF (C2/C3 xx in UTF-8) back to the byte.
+void unmark_stray_bytes(std::string* s) {
+  size_t at = s->find(kMarker);
+  if (at == std::string::npos) return;
+  std::string out;
+  out.reserve(s->size());
+  size_t i = 0;
+  for (; at != std::string::npos; at = s->find(kMarker, i)) {
+    const size_t b = at + kMarker.size();
+    if (b + 1 < s->size() && ((*s)[b] == '\xC2' || (*s)[b] == '\xC3')) {
+      out.append(*s, i, at - i);
+      out += static_cast<char>(((static_cast<unsigned char>((*s)[b]) & 0x03) << 6) |
+                               (static_cast<unsigned char>((*s)[b + 1]) & 0x3F));
+      i = b + 2;
+    } else {
+      out.append(*s, i, b - i);
+      i = b;
     }
   }
-  bool string(std::string& out) {
-    if (i >= s.size() || s[i] != '"') return fail("expected string");
-    i++;
-    while (i < s.size() && s[i] != '"') {
-      char c = s[i++];
-      if (static_cast<unsigned char>(c) < 0x20) return fail("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i >= s.size()) return fail("truncated escape");
-      char e = s[i++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          if (i + 4 > s.size()) return fail("truncated \\u");
-          unsigned cp = 0;
-          auto r = std::from_chars(s.data() + i, s.data() + i + 4, cp, 16);
-          if (r.ptr != s.data() + i + 4) return fail("bad \\u");
-          i += 4;
-          utf8(out, cp);
-          break;
-        }
-        default:
-          return fail("bad escape");
-      }
-    }
-    if (i >= s.size()) return fail("unterminated string");
-    i++;
-    return true;
-  }
-  bool value(Value& v, int depth) {
-    if (depth > 64) return fail("nested too deeply");
-    ws();
-    if (i >= s.size()) return fail("unexpected end");
-    char c = s[i];
-    if (c == '{') {
-      v.type = Value::Type::Object;
-      i++;
-      ws();
-      if (i < s.size() && s[i] == '}') return i++, true;
-      for (;;) {
-        ws();
-        std::string k;
-        if (!string(k)) return false;
-        ws();
-        if (i >= s.size() || s[i] != ':') return fail("expected ':'");
-        i++;
-        Value child;
-        if (!value(child, depth + 1)) return false;
-        v.obj.push_back({std::move(k), std::move(child)});
-        ws();
-        if (i < s.size() && s[i] == ',') {
-          i++;
-          continue;
-        }
-        if (i < s.size() && s[i] == '}') return i++, true;
-        return fail("expected ',' or '}'");
-      }
-    }
-    if (c == '[') {
-      v.type = Value::Type::Array;
-      i++;
-      ws();
-      if (i < s.size() && s[i] == ']') return i++, true;
-      for (;;) {
-        Value child;
-        if (!value(child, depth + 1)) return false;
-        v.arr.push_back(std::move(child));
-        ws();
-        if (i < s.size() && s[i] == ',') {
-          i++;
-          continue;
-        }
-        if (i < s.size() && s[i] == ']') return i++, true;
-        return fail("expected ',' or ']'");
-      }
-    }
-    if (c == '"') {
+  out.append(*s, i, std::string::npos);
+  *s = std::move(out);
+}
+
+Value convert(const Json& j, bool marked) {
+  Value v;
+  switch (j.type()) {
+    case Json::value_t::boolean:
+      v.type = Value::Type::Bool;
+      v.b = j.get<bool>();
+      break;
+    case Json::value_t::number_unsigned:
+      v.type = Value::Type::Number;
+      v.raw_number = std::to_string(j.get<uint64_t>());
+      v.num = j.get<double>();
+      break;
+    case Json::value_t::number_integer:
+      v.type = Value::Type::Number;
+      v.raw_number = std::to_string(j.get<int64_t>());
+      v.num = j.get<double>();
+      break;
+    case Json::value_t::number_float:
+      v.type = Value::Type::Number;
+      v.raw_number = j.dump();
+      v.num = j.get<double>();
+      break;
+    case Json::value_t::string:
       v.type = Value::Type::String;
-      return string(v.str);
-    }
-    if (c == 't') return v.type = Value::Type::Bool, v.b = true, lit("true");
-    if (c == 'f') return v.type = Value::Type::Bool, v.b = false, lit("false");
-    if (c == 'n') return v.type = Value::Type::Null, lit("null");
-    size_t start = i;
-    if (i < s.size() && s[i] == '-') i++;
-    while (i < s.size() && (isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.' ||
-                            s[i] == 'e' || s[i] == 'E' || s[i] == '+' || s[i] == '-'))
-      i++;
-    if (start == i) return fail("unexpected character");
-    v.type = Value::Type::Number;
-    v.raw_number = std::string(s.substr(start, i - start));
-    v.num = strtod(v.raw_number.c_str(), nullptr);
-    return true;
+      v.str = j.get<std::string>();
+      if (marked) unmark_stray_bytes(&v.str);
+      break;
+    case Json::value_t::array:
+      v.type = Value::Type::Array;
+      v.arr.reserve(j.size());
+      for (const auto& e : j) v.arr.push_back(convert(e, marked));
+      break;
+    case Json::value_t::object:
+      v.type = Value::Type::Object;
+      v.obj.reserve(j.size());
+      for (const auto& [k, e] : j.items()) {
+        v.obj.push_back(Member{k, convert(e, marked)});
+        if (marked) unmark_stray_bytes(&v.obj.back().first);
+      }
+      break;
+    default:  // null (binary and discarded never come out of parse)
+      break;
   }
-};
+  return v;
+}
 
 }  // namespace
 
 const Value* Value::get(std::string_view key) const {
-  for (auto& [k, v] : obj)
+  for (const auto& [k, v] : obj) {
     if (k == key) return &v;
+  }
   return nullptr;
 }
 
@@ -181,24 +164,18 @@ std::string Value::as_string() const {
 
 uint64_t Value::as_u64() const {
   uint64_t v = 0;
-  if (type == Type::Number)
-    std::from_chars(raw_number.data(), raw_number.data() + raw_number.size(), v);
-  return v;
+  return type == Type::Number && common::parse_u64(raw_number, &v) ? v : 0;
 }
 
 std::optional<Value> parse(std::string_view text, std::string* error) {
-  Parser p{text};
-  Value v;
-  if (!p.value(v, 0)) {
-    if (error) *error = p.err;
+  try {
+    std::string marked;
+    if (mark_stray_bytes(text, &marked)) return convert(Json::parse(marked), true);
+    return convert(Json::parse(text), false);
+  } catch (const Json::exception& e) {
+    if (error != nullptr) *error = e.what();
     return std::nullopt;
   }
-  p.ws();
-  if (p.i != text.size()) {
-    if (error) *error = "trailing data at byte " + std::to_string(p.i);
-    return std::nullopt;
-  }
-  return v;
 }
 
 }  // namespace fencefs::json

@@ -1,4 +1,6 @@
-// A small JSON reader for our own outputs (status, audit lines): enough to filter and print.
+// Reading JSON (the status page, audit lines): nlohmann-json parses; Value is the small read-only
+// tree fencectl walks to filter and print. A lone \udc80..\udcff escape (how the audit log writes
+// a byte of a name that is not UTF-8) reads back as that byte.
 #pragma once
 #include <map>
 #include <memory>
@@ -22,7 +24,7 @@ struct Value {
 
   const Value* get(std::string_view key) const;
   std::string as_string() const;  // strings as-is, numbers as written, others as JSON-ish text
-  uint64_t as_u64() const;
+  uint64_t as_u64() const;        // a non-negative integer, else 0
 };
 
 struct Member {

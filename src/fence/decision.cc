@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/error.h"
 #include "common/log.h"
 
 namespace fencefs::fence {
@@ -63,7 +64,7 @@ Decision decide(const Request& r) {
 
 Decision durability_failure(Epoch token, int err) {
   return refuse(Verdict::Advance, err, Reason::Io,
-                fmt::format("could not make epoch {} durable: {}", token, strerror(err)));
+                fmt::format("could not make epoch {} durable: {}", token, common::errstr(err)));
 }
 
 }  // namespace fencefs::fence

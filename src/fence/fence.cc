@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
 
@@ -175,8 +176,9 @@ int Fence::heal_journal(const Caller& c) {
   e.decision = err ? "refused" : "info";
   e.reason = err ? "io" : "";
   e.err = err ? EIO : 0;
-  e.message = err ? fmt::format("journal still failing after a failed fsync: {}", strerror(err))
-                  : "journal rewritten after a failed fsync; advances resume";
+  e.message =
+      err ? fmt::format("journal still failing after a failed fsync: {}", common::errstr(err))
+          : "journal rewritten after a failed fsync; advances resume";
   log::warn("{}", e.message);
   audit(std::move(e), c);
   return err ? EIO : 0;
@@ -254,7 +256,8 @@ int Fence::apply_floor(Epoch floor, std::string* why) {
     if (d->epoch.load() >= floor) continue;
     int err = raise(*d, floor, self, Op{"floor", {}, {}});
     if (err) {
-      *why = fmt::format("domain {}: could not apply floor {}: {}", d->path, floor, strerror(err));
+      *why = fmt::format("domain {}: could not apply floor {}: {}", d->path, floor,
+                         common::errstr(err));
       return err;
     }
   }
@@ -322,7 +325,7 @@ int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std:
   uint32_t id = domains_.next_id();
   int err = store_.add_domain(id, rel);
   if (err) {
-    *why = fmt::format("could not record domain {}: {}", rel, strerror(err));
+    *why = fmt::format("could not record domain {}: {}", rel, common::errstr(err));
     return err;
   }
   domains_.add(id, rel, 0, std::move(place));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/error.h"
 #include "common/log.h"
 
 namespace fencefs::fence {
@@ -49,7 +50,7 @@ void HighWater::flush() {
 void HighWater::write_locked() {
   std::string v = encode(cur_);
   if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
-    log::warn("cannot record high-water mark in BACKING: {}", strerror(errno));
+    log::warn("cannot record high-water mark in BACKING: {}", common::errstr(errno));
   dirty_ = false;
 }
 

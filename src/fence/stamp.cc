@@ -2,18 +2,11 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
+#include "common/parse.h"
 
 namespace fencefs::fence {
-namespace {
 
-bool parse_u64(std::string_view s, uint64_t* v) {
-  if (s.empty() || s.size() > 20) return false;
-  auto r = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return r.ec == std::errc() && r.ptr == s.data() + s.size();
-}
-
-}  // namespace
+using common::parse_u64;
 
 std::string encode_stamp(Epoch epoch, uint64_t size, int64_t mtime_sec, int64_t mtime_nsec,
                          uint32_t domain) {

@@ -121,15 +121,15 @@ std::string sign(std::string_view key, std::string_view domain, Epoch epoch) {
   if (HMAC(EVP_sha256(), key_ptr, static_cast<int>(key.size()),
            reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac.data(),
            &mac_len) == nullptr ||
-      mac_len * 2 != kSignatureHexChars) {
+      size_t{mac_len} * 2 != kSignatureHexChars) {
     OPENSSL_cleanse(mac.data(), mac.size());
     return {};  // never a valid signature: verify() refuses it
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex(kSignatureHexChars, '0');
   for (unsigned int i = 0; i < mac_len; ++i) {
-    hex[2 * i] = kHex[mac[i] >> 4];
-    hex[2 * i + 1] = kHex[mac[i] & 0x0f];
+    hex[size_t{2} * i] = kHex[mac[i] >> 4];
+    hex[size_t{2} * i + 1] = kHex[mac[i] & 0x0f];
   }
   OPENSSL_cleanse(mac.data(), mac.size());
   return hex;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <optional>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
 #include "ctl/protocol.h"

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "fs/fs.h"
 
@@ -99,14 +100,14 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
   std::vector<fence::PlaceStep> place;
   int fd = fence::resolve_place(root_.fd, rel, &place);
   if (fd < 0) {
-    *why = fmt::format("{} is not a directory of this mount: {}", rel, strerror(-fd));
+    *why = fmt::format("{} is not a directory of this mount: {}", rel, common::errstr(-fd));
     return EINVAL;
   }
   int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   int open_err = errno;
   ::close(fd);
   if (dfd < 0) {
-    *why = fmt::format("cannot open {}: {}", rel, strerror(open_err));
+    *why = fmt::format("cannot open {}: {}", rel, common::errstr(open_err));
     return open_err;
   }
   // The domain the tree is carved out of: the deepest one rooted on the way to it.
@@ -128,7 +129,7 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
   Scan sc{table, place.back().dev, owner->id, opts_.stamps, {}, {}, 0};
   walk(sc, dfd, rel);
   if (sc.err) {
-    *why = fmt::format("cannot scan {}: {}", rel, strerror(sc.err));
+    *why = fmt::format("cannot scan {}: {}", rel, common::errstr(sc.err));
     return sc.err;
   }
   {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "fence/stamp.h"
 #include "fs/fs.h"
@@ -366,7 +367,7 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
               : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
   if (r != 0) {
-    log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), strerror(errno));
+    log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), common::errstr(errno));
     return;
   }
   i.stamp_domain.store(d.id, std::memory_order_release);

@@ -15,7 +15,9 @@
 #include <sstream>
 
 #include "audit/audit.h"
+#include "common/error.h"
 #include "common/log.h"
+#include "common/path.h"
 #include "fence/bindings.h"
 #include "fence/fence.h"
 #include "fence/stamp.h"
@@ -24,6 +26,7 @@
 using namespace fencefs;
 
 namespace {
+using common::under;
 
 const char* kUsage = R"(usage: fencefs [options] BACKING MOUNTPOINT
        mount -t fuse.fencefs BACKING MOUNTPOINT -o OPTIONS
@@ -114,7 +117,7 @@ int opt_proc(void* data, const char* arg, int key, fuse_args* outargs) {
 
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "fencefs: " << msg << "\n";
-  exit(1);
+  exit(1);  // NOLINT(concurrency-mt-unsafe): only before the FUSE threads start
 }
 
 uint64_t parse_u64(const char* s, const char* what) {
@@ -133,11 +136,6 @@ bool in_proc_mounts(const std::string& dir) {
     if (mnt == dir) return true;
   }
   return false;
-}
-
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         path[dir.size()] == '/');
 }
 
 // Highest last-epoch stamp below dir (0 if none); stops descending into the state dir.
@@ -189,6 +187,7 @@ void parse_issuers(const std::string& spec, fence::Config* cfg) {
       if (!value.empty() && isdigit(static_cast<unsigned char>(value[0]))) {
         cfg->issuer_gids.push_back(static_cast<gid_t>(parse_u64(value.c_str(), "issuers gid")));
       } else {
+        // NOLINTNEXTLINE(concurrency-mt-unsafe): option parsing, before any thread starts
         struct group* g = getgrnam(value.c_str());
         if (!g) die(fmt::format("issuers: no such group '{}'", value));
         cfg->issuer_gids.push_back(g->gr_gid);
@@ -201,7 +200,7 @@ void parse_issuers(const std::string& spec, fence::Config* cfg) {
 
 std::string read_key(const std::string& file) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) die(fmt::format("token_key {}: {}", file, strerror(errno)));
+  if (fd < 0) die(fmt::format("token_key {}: {}", file, common::errstr(errno)));
   struct stat st;
   fstat(fd, &st);
   if (st.st_mode & 077)
@@ -245,13 +244,13 @@ int main(int argc, char* argv[]) {
 
   char real[PATH_MAX];
   if (!realpath(a.backing.c_str(), real))
-    die(fmt::format("backing directory {}: {}", a.backing, strerror(errno)));
+    die(fmt::format("backing directory {}: {}", a.backing, common::errstr(errno)));
   std::string backing = real;
   struct stat st;
   if (stat(backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     die(fmt::format("backing {} is not a directory", backing));
   if (!realpath(copts.mountpoint, real))
-    die(fmt::format("mountpoint {}: {}", copts.mountpoint, strerror(errno)));
+    die(fmt::format("mountpoint {}: {}", copts.mountpoint, common::errstr(errno)));
   std::string mnt = real;
   if (in_proc_mounts(mnt))
     die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
@@ -262,7 +261,7 @@ int main(int argc, char* argv[]) {
   if (a.state) {
     if (!realpath(a.state, real)) {
       if (mkdir(a.state, 0700) != 0 || !realpath(a.state, real))
-        die(fmt::format("state directory {}: {}", a.state, strerror(errno)));
+        die(fmt::format("state directory {}: {}", a.state, common::errstr(errno)));
     }
     state = real;
     if (under(state, backing) && state != backing + "/.fencefs")
@@ -328,7 +327,7 @@ int main(int argc, char* argv[]) {
       log::warn(
           "domain {}: its directory {}{} is missing ({}); it is the domain again once a "
           "directory is at that path",
-          d.path, backing, d.path, strerror(-fd));
+          d.path, backing, d.path, common::errstr(-fd));
     domains.add(d.id, d.path, d.epoch, std::move(place));
   }
   if (!domains.root()) die("state has no root domain");
@@ -388,7 +387,7 @@ int main(int argc, char* argv[]) {
   umask(0);  // modes arrive already masked by the caller's umask
 
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
-  if (root_fd < 0) die(fmt::format("open {}: {}", backing, strerror(errno)));
+  if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
   fs::Options fopts;
   fopts.backing = backing;
   fopts.state_dir = state;
@@ -403,7 +402,7 @@ int main(int argc, char* argv[]) {
         log::warn(
             "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
             "stamps, so a rolled-back state cannot be detected from them",
-            strerror(errno));
+            common::errstr(errno));
       }
       close(pfd);
       unlink(probe.c_str());

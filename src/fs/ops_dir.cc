@@ -115,7 +115,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (d->dp) closedir(d->dp);
     return;
   }
-  d.release();
+  (void)d.release();  // fi->fh owns it now
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {

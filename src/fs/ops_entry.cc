@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "common/path.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {

@@ -1,4 +1,4 @@
-// Issue 4: who may present which epoch.
+// Who may present which epoch: issuers, signed tokens, forced advances, and per-handle tokens.
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -31,8 +31,7 @@ int become_nobody() { return setgid(kNobody) || setuid(kNobody) ? -1 : 0; }
 struct Key {
   std::string dir, path;
   explicit Key(mode_t mode) {
-    char tmpl[] = "/tmp/fencefs-key-XXXXXX";
-    dir = mkdtemp(tmpl);
+    dir = temp_dir("key");
     path = dir + "/k";
     std::ofstream(path) << "0123456789abcdef0123456789abcdef\n";
     chmod(path.c_str(), mode);

@@ -446,13 +446,11 @@ std::unique_ptr<Mount> Env::make_mount() {
 }
 
 Env::Env(unsigned nofile) : nofile_(nofile) {
-  char tmpl[] = "/tmp/fencefs-conf-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  if (!d) {
+  tmp_ = testing::temp_dir("conf");
+  if (tmp_.empty()) {
     error_ = "mkdtemp failed";
     return;
   }
-  tmp_ = d;
   ::chmod(tmp_.c_str(), 0755);  // nobody must reach the case dirs
   plain_ = tmp_ + "/plain";
   ::mkdir(plain_.c_str(), 0755);

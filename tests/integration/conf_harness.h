@@ -1,4 +1,4 @@
-// Differential harness for the conformance and fsx suites (issue 5).
+// Differential harness for the conformance and fsx suites.
 //
 // The same case function runs twice, each time in a forked child: once inside a fencefs mount
 // (the child binds itself with `bind / TOKEN` first) and once in a plain directory on the same

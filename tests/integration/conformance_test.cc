@@ -1,5 +1,5 @@
 // Differential conformance: for a holder of the current epoch, fencefs must be indistinguishable
-// from the directory underneath (issue 5, items 1 and 4).
+// from the directory underneath, and every documented difference is pinned by a test.
 //
 // Every TEST runs one case function twice, each in a forked child: in a fencefs mount (the child
 // binds itself with `bind / 7`, the current token) and in a plain directory under /tmp on the same
@@ -19,15 +19,15 @@
 //     documented fallback glibc/tools use: create a named file, then rename). Test:
 //     Conformance.TmpfileWithLinkat.
 //  D2 Shared writable mmap of a file opened for writing -> ENODEV, by design: writes through such
-//     a mapping would reach the page cache without a WRITE request the daemon could fence (issue 2
-//     allows refusing them with a documented errno). Any MAP_SHARED mapping of a handle opened for
-//     writing is refused the same way, even PROT_READ (the kernel cannot tell whether it will be
-//     mprotect()ed writable later). MAP_SHARED on an O_RDONLY handle and MAP_PRIVATE on any handle
-//     work, and see later writes. Test: Conformance.MmapDocumented.
+//     a mapping would reach the page cache without a WRITE request the daemon could fence (the
+//     contract allows refusing them with a documented errno). Any MAP_SHARED mapping of a handle
+//     opened for writing is refused the same way, even PROT_READ (the kernel cannot tell whether it
+//     will be mprotect()ed writable later). MAP_SHARED on an O_RDONLY handle and MAP_PRIVATE on any
+//     handle work, and see later writes. Test: Conformance.MmapDocumented.
 //  D3 fallocate FALLOC_FL_COLLAPSE_RANGE / FALLOC_FL_INSERT_RANGE -> EOPNOTSUPP. The kernel's FUSE
 //     client only forwards KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (fs/fuse/file.c); ext4 supports
 //     the other two natively. Test: Conformance.FallocateCollapseInsertDocumented.
-//  D4 renameat2(RENAME_WHITEOUT) -> EINVAL. Issue 2's contract: only RENAME_NOREPLACE and
+//  D4 renameat2(RENAME_WHITEOUT) -> EINVAL. The contract: only RENAME_NOREPLACE and
 //     RENAME_EXCHANGE are honoured, other flags EINVAL (whiteouts are an overlayfs-internal
 //     mechanism). Test: Conformance.RenameWhiteoutDocumented.
 //  D5 statx: STATX_BTIME is not reported (libfuse 3.14 has no statx operation; the kernel falls
@@ -192,7 +192,8 @@ void make_target(Ctx& x, Target t, const std::string& name) {
 class OpenMatrix : public ::testing::TestWithParam<std::tuple<Target, int>> {};
 
 TEST_P(OpenMatrix, AllFlagCombinations) {
-  auto [target, acc] = GetParam();
+  const Target target = std::get<0>(GetParam());
+  const int acc = std::get<1>(GetParam());
   auto r = run([target, acc](Ctx& x) {
     static const std::pair<int, const char*> kFlags[] = {
         {O_CREAT, "O_CREAT"},   {O_EXCL, "O_EXCL"},         {O_TRUNC, "O_TRUNC"},
@@ -1196,7 +1197,7 @@ TEST(Conformance, CopyFileRange) {
 
 // D7
 TEST(Conformance, CopyFileRangeCrossFsDocumented) {
-  // A source file outside both sides, on the same filesystem as the plain dir (/tmp).
+  // A source file outside both sides, on the same filesystem as the plain dir (under the temp dir).
   std::string src = Env::get().plain_root() + "/../crossfs-src";
   {
     FILE* f = fopen(src.c_str(), "w");

@@ -1,4 +1,5 @@
-// Issue 2: the core overlay, end to end on real mounts.
+// The core overlay, end to end on real mounts: every operation passes through, every mutation is
+// fenced, and mounting reports clear errors.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -351,8 +352,7 @@ TEST(Core, CleanShutdownOnSigterm) {
 }
 
 TEST(Core, ClearErrorsAtMountTime) {
-  char tmpl[] = "/tmp/fencefs-cli-XXXXXX";
-  std::string root = mkdtemp(tmpl);
+  std::string root = temp_dir("cli");
   std::string bin = FENCEFS_BIN;
   int st;
   std::string out = sh_out(bin + " -f " + root + "/missing " + root + " 2>&1", &st);
@@ -470,8 +470,7 @@ TEST(Core, CrossDomainMovesAndLinks) {
 // `mount -t fuse.fencefs BACKING MNT -o …` runs mount.fuse3, which runs `fencefs BACKING MNT -o …`
 // found on PATH (here build/; installed, /usr/local/bin).
 TEST(Core, MountsThroughMountFuse3) {
-  char tmpl[] = "/tmp/fencefs-mountfuse-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  std::string dir = temp_dir("mountfuse");
   ASSERT_EQ(0, sh("mkdir -p " + dir + "/b " + dir + "/m"));
   std::string bin_dir = std::filesystem::path(FENCEFS_BIN).parent_path();
   ASSERT_EQ(0, sh("PATH='" + bin_dir + "':$PATH mount.fuse3 " + dir + "/b " + dir +

@@ -1,5 +1,5 @@
-// Issue 3 end to end: epochs survive kill -9 under load, fsync failures fail closed, and a state
-// restored from an older copy is caught.
+// Durable epochs end to end: epochs survive kill -9 under load, fsync failures fail closed, and a
+// state restored from an older copy is caught.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -244,8 +244,7 @@ TEST(Durability, LostStateOverStampedTreeNeedsInit) {
 // Daemonised (no -f), as fstab and systemd run it: the epochs kept beside the data are written
 // too, so a restored older state is caught after a background daemon as well.
 TEST(Durability, BackgroundDaemonKeepsTheHighWaterCopy) {
-  char tmpl[] = "/tmp/fencefs-bg-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  std::string dir = temp_dir("bg");
   ASSERT_EQ(0, sh("mkdir -p " + dir + "/b " + dir + "/m"));
   ASSERT_EQ(0, sh(std::string(FENCEFS_BIN) + " " + dir + "/b " + dir + "/m 2>/dev/null"));
   EXPECT_EQ(0, sh("echo 'advance / 12' > " + dir + "/m/.fencefs/ctl"));

@@ -1,4 +1,4 @@
-// Data integrity: a seeded, reproducible random exerciser in the manner of fsx (issue 5, item 2).
+// Data integrity: a seeded, reproducible random exerciser in the manner of fsx.
 //
 // One file per seed, driven through three handles (O_RDWR, O_WRONLY|O_APPEND, O_RDONLY) with
 // random writes, O_APPEND writes, truncates that grow and shrink (ftruncate and truncate(2)),
@@ -462,8 +462,7 @@ class FsxTest : public ::testing::TestWithParam<uint64_t> {
     if (!selftest_mode()) {
       mount_ = new fencefs::testing::Mount();
     }
-    char tmpl[] = "/tmp/fencefs-fsx-XXXXXX";
-    plain_ = mkdtemp(tmpl) ? tmpl : "";
+    plain_ = testing::temp_dir("fsx");
     if (selftest_mode()) {
       other_ = plain_ + "/other";
       ::mkdir(other_.c_str(), 0755);

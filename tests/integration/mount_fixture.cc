@@ -71,6 +71,13 @@ std::string sh_out(const std::string& cmd, int* status) {
   return out;
 }
 
+std::string temp_dir(std::string_view name) {
+  const char* env = getenv("FENCEFS_TEST_TMP");
+  std::string tmpl = std::string(env != nullptr && *env != 0 ? env : "/tmp") + "/fencefs-" +
+                     std::string(name) + "-XXXXXX";
+  return mkdtemp(tmpl.data()) != nullptr ? tmpl : std::string();
+}
+
 Mount::Mount(std::vector<std::string> extra, std::function<void(const std::string&)> prepare)
     : extra_(std::move(extra)) {
   static bool registered = [] {
@@ -78,10 +85,8 @@ Mount::Mount(std::vector<std::string> extra, std::function<void(const std::strin
     return true;
   }();
   (void)registered;
-  char tmpl[] = "/tmp/fencefs-test-XXXXXX";
-  char* d = mkdtemp(tmpl);
-  if (!d) throw std::runtime_error("mkdtemp failed");
-  root_ = d;
+  root_ = temp_dir("test");
+  if (root_.empty()) throw std::runtime_error("mkdtemp failed");
   ::chmod(root_.c_str(), 0755);  // non-root test users must reach the mountpoint
   backing_ = root_ + "/backing";
   mnt_ = root_ + "/mnt";

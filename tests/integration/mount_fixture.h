@@ -9,6 +9,11 @@
 
 namespace fencefs::testing {
 
+// A fresh directory FENCEFS_TEST_TMP/fencefs-NAME-XXXXXX (FENCEFS_TEST_TMP defaults to /tmp), or
+// "" when it cannot be made. scripts/test.sh points FENCEFS_TEST_TMP at a directory of its own run,
+// so that its cleanup unmounts only what its own tests left behind.
+std::string temp_dir(std::string_view name);
+
 // Runs a shell command, returns its exit status (or -1). Output goes to the test log.
 int sh(const std::string& cmd);
 // Runs a shell command and captures stdout.

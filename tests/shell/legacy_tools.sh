@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Real programs as legacy jobs (issue 5, item 3).
+# Real programs as legacy jobs: they work unchanged for the current epoch and fail, leaving BACKING
+# unchanged, with a superseded token or none.
 #
 # Usage: tests/shell/legacy_tools.sh [BUILD_DIR]     (default: build/ next to this checkout)
 #
@@ -170,7 +171,7 @@ for t in cp tar rsync sed git sqlite3 gzip getfattr setfattr fusermount3; do
   command -v "$t" >/dev/null || { echo "missing tool: $t"; echo "0 passed, 1 failed"; exit 1; }
 done
 
-TMP=$(mktemp -d /tmp/fencefs-legacy-XXXXXX)
+TMP=$(mktemp -d "${FENCEFS_TEST_TMP:-/tmp}/fencefs-legacy-XXXXXX")
 chmod 755 "$TMP"
 BACKING=$TMP/backing
 MNT=$TMP/mnt

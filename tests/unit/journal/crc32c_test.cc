@@ -1,3 +1,4 @@
+// CRC-32C: known vectors, the portable and hardware paths agreeing, incremental use, masking.
 #include "common/crc32c.h"
 
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// The byte format of the state files: headers, payloads, framing, and the scan's torn-tail and
+// corruption rules.
 #include "journal/format.h"
 
 #include <gtest/gtest.h>

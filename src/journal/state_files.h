@@ -1,0 +1,29 @@
+// What the state store and the offline tools share about the files of a state directory: their
+// names, how messages name a place in them, and the bytes of a fresh snapshot and journal.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "journal/format.h"
+#include "journal/journal.h"
+
+namespace fencefs::journal {
+
+std::string parent_dir(const std::string& dir);
+
+struct Paths {
+  explicit Paths(const std::string& d);
+  std::string dir, snapshot, journal, snapshot_tmp, journal_tmp;
+};
+
+// "FILE: reason at byte N"
+std::string at(const std::string& file, uint64_t offset, const std::string& reason);
+
+// A whole snapshot holding `domains` (sorted by id).
+std::string snapshot_bytes(const format::Incarnation& inc, uint64_t generation,
+                           const std::vector<DomainRecord>& domains);
+// An empty journal; *chain receives the seed of its first record.
+std::string journal_header(const format::Incarnation& inc, uint64_t generation, uint32_t* chain);
+
+}  // namespace fencefs::journal
