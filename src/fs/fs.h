@@ -15,6 +15,7 @@
 
 #include "fence/bindings.h"
 #include "fence/fence.h"
+#include "fs/node_table.h"
 
 namespace fencefs::fs {
 
@@ -48,6 +49,7 @@ struct Inode {
   std::atomic<Domain*> domain{nullptr};
   std::atomic<uint32_t> domain_gen{0};
   std::atomic<Epoch> stamp{kStampUnknown};  // last-epoch stamp, loaded lazily
+  uint64_t nodeid = 0;                      // FUSE node id (NodeTable), never an address
 };
 
 // Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
@@ -90,6 +92,7 @@ class Fs {
   // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
   int pin(Inode& i);
   void unpin(Inode& i) { i.users.fetch_sub(1); }
+  // The inode of a node id; nullptr for a stale or unknown id (reply ESTALE).
   Inode* inode(fuse_ino_t ino);
   fuse_ino_t ino_of(Inode* i) const;
   // Looks up (or creates) the inode for an entry; fills e. 0 or errno.
@@ -135,6 +138,7 @@ class Fs {
     }
   };
   std::unordered_map<std::pair<ino_t, dev_t>, Inode, KeyHash> table_;  // nodes never move
+  NodeTable nodes_;
   int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
   std::atomic<size_t> open_fds_{0};
   size_t fd_soft_limit_ = 0;

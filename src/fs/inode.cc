@@ -59,6 +59,11 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   status_file.kind = Kind::StatusFile;
   metrics_file.kind = Kind::MetricsFile;
   for (Inode* v : {&ctl_file, &status_file, &metrics_file}) v->type = S_IFREG;
+  uint64_t id = FUSE_ROOT_ID;
+  for (Inode* v : {&root_, &ctl_dir, &ctl_file, &status_file, &metrics_file}) {
+    v->nodeid = id;
+    nodes_.set_fixed(id++, v);
+  }
 }
 
 Fs::~Fs() {
@@ -162,15 +167,9 @@ void Fs::reclaim_fds() {
   reclaiming_ = false;
 }
 
-Inode* Fs::inode(fuse_ino_t ino) {
-  if (ino == FUSE_ROOT_ID) return &root_;
-  return reinterpret_cast<Inode*>(ino);
-}
+Inode* Fs::inode(fuse_ino_t ino) { return static_cast<Inode*>(nodes_.get(ino)); }
 
-fuse_ino_t Fs::ino_of(Inode* i) const {
-  if (i == &root_) return FUSE_ROOT_ID;
-  return reinterpret_cast<fuse_ino_t>(i);
-}
+fuse_ino_t Fs::ino_of(Inode* i) const { return i->nodeid; }
 
 std::string Fs::proc_path(int fd) const { return "/proc/self/fd/" + std::to_string(fd); }
 
@@ -212,6 +211,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     i->ino = st.st_ino;
     i->type = st.st_mode & S_IFMT;
     i->last_use = coarse_now();
+    i->nodeid = nodes_.add(i);
     n_inodes++;
     open_fds_++;
     // A directory that roots a domain belongs to it; anything else to its parent's domain.
@@ -234,9 +234,10 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
 
 void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
   Inode* i = inode(ino);
-  if (i == &root_ || is_virtual(*i)) return;
+  if (!i || i == &root_ || is_virtual(*i)) return;
   std::lock_guard lk(table_mu_);
   if (i->nlookup.fetch_sub(n) == n) {
+    nodes_.remove(i->nodeid);
     int fd = i->fd.exchange(-1);
     if (fd >= 0) {
       ::close(fd);
