@@ -46,6 +46,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   // Leave room for open files, directories, pidfds and the journal.
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
+  budget_ = std::make_unique<FdBudget>(limit);
   root_.fd = root_fd;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;
@@ -135,7 +136,10 @@ bool Fs::take_file_id(Inode& i, int fd) {
 void Fs::reclaim_fds() {
   if (reclaiming_.exchange(true)) return;
   uint32_t now = coarse_now();
+  // Open handles hold fds too, and cannot give them back: count them.
+  size_t held = budget_->in_use();
   size_t target = fd_soft_limit_ - fd_soft_limit_ / 4;
+  target = target > held ? target - held : 0;
   std::vector<Inode*> victims;
   {
     std::lock_guard lk(table_mu_);
@@ -226,7 +230,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   }
   i->nlookup++;
   e->ino = ino_of(i);
-  bool over = open_fds_.load() > fd_soft_limit_;
+  bool over = open_fds_.load() + budget_->in_use() > fd_soft_limit_;
   lk.unlock();
   if (over) reclaim_fds();
   return 0;
@@ -338,6 +342,12 @@ void Fs::moved_across_domains(Inode& newparent, const char* name, Domain& d, Epo
   ::close(fd);
 }
 
+int Fs::charge_open(fuse_req_t req, Domain* d) {
+  return budget_->take(fuse_req_ctx(req)->uid, [&] {
+    return fence_.is_issuer(caller(req)) || (d && token_for(req, *d) != 0);
+  });
+}
+
 fence::Caller Fs::caller(fuse_req_t req) const {
   const fuse_ctx* c = fuse_req_ctx(req);
   return fence::Caller{c->pid, c->uid, c->gid};
@@ -347,11 +357,11 @@ Epoch Fs::token_for(fuse_req_t req, Domain& d) {
   return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
 }
 
-AsCaller::AsCaller(fuse_req_t req, mode_t mode) {
+AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   const fuse_ctx* c = fuse_req_ctx(req);
   if (c->uid == 0 && c->gid == 0) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
-  if (mode & S_ISGID) {
+  if ((mode & S_ISGID) || !dac) {
     // Whether the bit survives depends on the caller's groups (read from /proc: only here).
     gid_t groups[256];
     int n = fuse_req_getgroups(req, 256, groups);
@@ -361,7 +371,7 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode) {
   syscall(SYS_setfsuid, c->uid);
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
-  if (syscall(SYS_capget, &hdr, data) == 0) {
+  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
     uint32_t dac = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
     data[0].effective |= dac & data[0].permitted;
     syscall(SYS_capset, &hdr, data);
@@ -374,6 +384,30 @@ AsCaller::~AsCaller() {
   syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
   syscall(SYS_setfsgid, 0);
   if (groups_) syscall(SYS_setgroups, 0, nullptr);
+}
+
+}  // namespace fencefs::fs
+
+namespace fencefs::fs {
+
+ChargedTo::ChargedTo(fuse_req_t req) {
+  uid_t uid = fuse_req_ctx(req)->uid;
+  if (uid == 0) return;
+  syscall(SYS_setfsuid, uid);
+  switched_ = true;
+}
+
+ChargedTo::~ChargedTo() {
+  if (switched_) syscall(SYS_setfsuid, 0);
+}
+
+void drop_resource_override() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return;
+  data[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
+  if (syscall(SYS_capset, &hdr, data) != 0)
+    log::warn("cannot drop CAP_SYS_RESOURCE: {}", strerror(errno));
 }
 
 }  // namespace fencefs::fs
