@@ -44,8 +44,11 @@ int job_as(const Mount& m, uint64_t token, uid_t uid, const std::function<int()>
   });
 }
 
-// Runs fn in a child; kills it if it has not finished within `seconds` (*hung = true).
-int with_deadline(double seconds, bool* hung, const std::function<int()>& fn) {
+// Runs fn in a child; kills it if it has not finished within `seconds` (*hung = true). A child
+// killed inside a request the daemon already took waits for the reply: `rescue` then frees the
+// daemon, so that the test reports the hang instead of hanging.
+int with_deadline(double seconds, bool* hung, const std::function<int()>& fn,
+                  const std::function<void()>& rescue = {}) {
   fflush(nullptr);
   pid_t pid = fork();
   if (pid == 0) _exit(fn());
@@ -56,6 +59,7 @@ int with_deadline(double seconds, bool* hung, const std::function<int()>& fn) {
     if (std::chrono::steady_clock::now() > deadline) {
       *hung = true;
       kill(pid, SIGKILL);
+      if (rescue) rescue();
       waitpid(pid, &st, 0);
       return -1;
     }
@@ -134,18 +138,28 @@ TEST(Hardening, CreateNeverOpensAFifoPlacedInBacking) {
     cache_absent(m, name);
     ASSERT_EQ(0, mkfifo(m.bpath(name).c_str(), 0666));
     bool hung = false;
-    int err = with_deadline(10, &hung, [&] {
-      if (m.ctl("bind / " + std::to_string(epoch)) != 0) return 200;
-      int fd = open(m.path(name).c_str(), flags | O_CREAT, 0644);
-      return fd < 0 ? errno : 0;
-    });
-    // Should the daemon be stuck in the FIFO's open, a reader or writer frees it for cleanup.
-    int unblock = open(m.bpath(name).c_str(), (flags == O_WRONLY ? O_RDONLY : O_RDWR) | O_NONBLOCK);
+    // Should the daemon be stuck in the FIFO's open, the other end frees it.
+    int unblock = -1;
+    auto rescue = [&] {
+      unblock = open(m.bpath(name).c_str(), (flags == O_WRONLY ? O_RDONLY : O_RDWR) | O_NONBLOCK);
+    };
+    int err = with_deadline(
+        10, &hung,
+        [&] {
+          if (m.ctl("bind / " + std::to_string(epoch)) != 0) return 200;
+          int fd = open(m.path(name).c_str(), flags | O_CREAT, 0644);
+          return fd < 0 ? errno : 0;
+        },
+        rescue);
     EXPECT_FALSE(hung) << "the open through the mount blocked";
     EXPECT_NE(0, err) << "the daemon opened the FIFO for the caller";
     // The domain's admission was not held: an advance completes.
     ++epoch;
-    int adv = with_deadline(10, &hung, [&] { return m.ctl("advance / " + std::to_string(epoch)); });
+    int adv = with_deadline(
+        10, &hung, [&] { return m.ctl("advance / " + std::to_string(epoch)); },
+        [&] {
+          if (unblock < 0) rescue();
+        });
     EXPECT_FALSE(hung) << "the advance blocked";
     EXPECT_EQ(0, adv);
     if (unblock >= 0) ::close(unblock);
@@ -369,13 +383,14 @@ TEST(Hardening, FullDiskCannotStopAnAdvance) {
   EXPECT_EQ(ENOSPC, fill(0, 2, "by-root"));
   ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
   EXPECT_LT(sv.f_bfree * sv.f_frsize, reserved / 2);
-  for (int e = 3; e < 40; e++) ASSERT_EQ(0, m.ctl("advance / " + std::to_string(e))) << e;
+  // Enough records to cross several blocks of the journal.
+  for (int e = 3; e < 400; e++) ASSERT_EQ(0, m.ctl("advance / " + std::to_string(e))) << e;
   // Not poisoned: the epoch is durable across a restart.
   EXPECT_EQ(0, m.unmount());
   ASSERT_TRUE(m.remount()) << m.daemon_log();
-  EXPECT_EQ("39", xattr(m.path(""), "user.fencefs.epoch"));
+  EXPECT_EQ("399", xattr(m.path(""), "user.fencefs.epoch"));
   EXPECT_EQ(ESTALE,
-            as_job(m, 38, [&] { return E(open(m.path("x").c_str(), O_WRONLY | O_CREAT, 0644)); }));
+            as_job(m, 398, [&] { return E(open(m.path("x").c_str(), O_WRONLY | O_CREAT, 0644)); }));
 }
 
 // Node ids are table indices: stat still gives BACKING's inode numbers, and the node ids a user
