@@ -36,7 +36,7 @@ B=build
 if command -v clang-format >/dev/null && [ -d .git ]; then
   run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
 fi
-for t in journal_tests fence_tests; do
+for t in journal_tests fence_tests fs_tests; do
   [ -x "$B/$t" ] && run "$t" "$B/$t" --gtest_brief=1
 done
 for t in "$B"/*_test; do
@@ -52,7 +52,7 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
   if cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFENCEFS_SANITIZE=address,undefined \
       >/dev/null && cmake --build build-asan -j"$(nproc)" >/dev/null; then
     export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1
-    for t in journal_tests fence_tests; do
+    for t in journal_tests fence_tests fs_tests; do
       [ -x build-asan/$t ] && run "asan:$t" build-asan/$t --gtest_brief=1
     done
     for t in build-asan/*_test; do
