@@ -366,6 +366,8 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
     gid_t groups[256];
     int n = fuse_req_getgroups(req, 256, groups);
     if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
+    // Checked natively: never with the daemon's own groups, when the caller's are unknown.
+    if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);

@@ -169,7 +169,11 @@ TEST(Hardening, CreateNeverOpensAFifoPlacedInBacking) {
 // A regular file put at a name the kernel believed absent: the kernel checked only the
 // directory, so the open must be checked with the caller's own permissions.
 TEST(Hardening, CreateOverAFilePlacedInBackingUsesTheCallersPermissions) {
+  // The daemon runs with root's supplementary group, as from a login shell.
+  gid_t root_group = 0;
+  ASSERT_EQ(0, setgroups(1, &root_group));
   auto m = open_mount();
+  ASSERT_EQ(0, setgroups(0, nullptr));
   cache_absent(m, "rootfile");
   cache_absent(m, "mine");
   spit(m.bpath("rootfile"), "root only\n");
@@ -181,6 +185,15 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesTheCallersPermissions) {
               return fd < 0 ? errno : 0;
             }));
   EXPECT_EQ("root only\n", slurp(m.bpath("rootfile")));
+  // Nor with the daemon's own supplementary groups (root's).
+  cache_absent(m, "rootgroup");
+  spit(m.bpath("rootgroup"), "root group\n");
+  ASSERT_EQ(0, ::chmod(m.bpath("rootgroup").c_str(), 0660));
+  EXPECT_EQ(EACCES, job_as(m, 1, kNobody, [&] {
+              int fd = open(m.path("rootgroup").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              return fd < 0 ? errno : 0;
+            }));
+  EXPECT_EQ("root group\n", slurp(m.bpath("rootgroup")));
   // A file the caller may write is opened (and truncated) as usual.
   EXPECT_EQ(0, job_as(m, 1, kNobody, [&] {
               int fd = open(m.path("mine").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
