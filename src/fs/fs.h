@@ -16,6 +16,8 @@
 #include "fence/bindings.h"
 #include "fence/fence.h"
 #include "fence/stamp.h"
+#include "fs/fd_budget.h"
+#include "fs/node_table.h"
 
 namespace fencefs::fs {
 
@@ -56,6 +58,7 @@ struct Inode {
   // Last-epoch stamp and the domain that issued it, loaded lazily; under inode_mutex.
   std::atomic<uint32_t> stamp_domain{fence::kAnyDomain};
   std::atomic<Epoch> stamp{kStampUnknown};
+  uint64_t nodeid = 0;  // FUSE node id (NodeTable), never an address
 };
 
 // Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
@@ -71,6 +74,8 @@ struct Handle {
   std::atomic<bool> stale{false};          // once refused as stale, refused for good
   std::atomic<bool> dirty{false};          // mutated: restamp size/mtime at release
   std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
+  uid_t charged_uid = 0;                   // whose FdBudget share holds this handle
+  bool charged = false;
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;
   std::string content;
@@ -93,11 +98,16 @@ class Fs {
   fence::Bindings& bindings() { return bindings_; }
 
   Inode& root() { return root_; }
+  FdBudget& budget() { return *budget_; }
+  // Charges one open handle to the caller (FdBudget::take): 0, EMFILE or ENFILE. d: the domain
+  // whose binding exempts the caller from the ordinary share (nullptr: issuers only).
+  int charge_open(fuse_req_t req, Domain* d);
   // Closes fds of inodes not in use, down to below the soft limit.
   void reclaim_fds();
   // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
   int pin(Inode& i);
   void unpin(Inode& i) { i.users.fetch_sub(1); }
+  // The inode of a node id; nullptr for a stale or unknown id (reply ESTALE).
   Inode* inode(fuse_ino_t ino);
   fuse_ino_t ino_of(Inode* i) const;
   // Looks up (or creates) the inode for an entry; fills e. 0 or errno.
@@ -154,9 +164,11 @@ class Fs {
     }
   };
   std::unordered_map<std::pair<ino_t, dev_t>, Inode, KeyHash> table_;  // nodes never move
+  NodeTable nodes_;
   int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
   std::atomic<size_t> open_fds_{0};
   size_t fd_soft_limit_ = 0;
+  std::unique_ptr<FdBudget> budget_;
   std::atomic<bool> reclaiming_{false};
 };
 
@@ -182,7 +194,8 @@ const fuse_lowlevel_ops& operations();
 class AsCaller {
  public:
   // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
-  AsCaller(fuse_req_t req, mode_t mode);
+  // dac=false: no override either, for objects the kernel has not checked (with all groups).
+  AsCaller(fuse_req_t req, mode_t mode, bool dac = true);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
   AsCaller& operator=(const AsCaller&) = delete;
@@ -191,6 +204,24 @@ class AsCaller {
   bool switched_ = false;
   bool groups_ = false;
 };
+
+// Runs a data-path syscall (write, fallocate, copy) with the caller's fsuid, so that the backing
+// filesystem allocates blocks as for the caller: an unprivileged job never reaches the blocks
+// reserved for root, which the journal's advances may need.
+class ChargedTo {
+ public:
+  explicit ChargedTo(fuse_req_t req);
+  ~ChargedTo();
+  ChargedTo(const ChargedTo&) = delete;
+  ChargedTo& operator=(const ChargedTo&) = delete;
+
+ private:
+  bool switched_ = false;
+};
+
+// Drops CAP_SYS_RESOURCE from the calling thread's effective set (call before any worker thread
+// exists): with it, any write of the daemon may use the reserved blocks whatever its fsuid.
+void drop_resource_override();
 
 // Handlers, one group per file.
 void ctl_lookup(fuse_req_t req, Inode& parent, const char* name);

@@ -47,6 +47,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   // Leave room for open files, directories, pidfds and the journal.
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
+  budget_ = std::make_unique<FdBudget>(limit);
   root_.fd = root_fd;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;
@@ -60,6 +61,11 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   status_file.kind = Kind::StatusFile;
   metrics_file.kind = Kind::MetricsFile;
   for (Inode* v : {&ctl_file, &status_file, &metrics_file}) v->type = S_IFREG;
+  uint64_t id = FUSE_ROOT_ID;
+  for (Inode* v : {&root_, &ctl_dir, &ctl_file, &status_file, &metrics_file}) {
+    v->nodeid = id;
+    nodes_.set_fixed(id++, v);
+  }
 }
 
 Fs::~Fs() {
@@ -131,7 +137,10 @@ bool Fs::take_file_id(Inode& i, int fd) {
 void Fs::reclaim_fds() {
   if (reclaiming_.exchange(true)) return;
   uint32_t now = coarse_now();
+  // Open handles hold fds too, and cannot give them back: count them.
+  size_t held = budget_->in_use();
   size_t target = fd_soft_limit_ - fd_soft_limit_ / 4;
+  target = target > held ? target - held : 0;
   std::vector<Inode*> victims;
   {
     std::lock_guard lk(table_mu_);
@@ -163,15 +172,9 @@ void Fs::reclaim_fds() {
   reclaiming_ = false;
 }
 
-Inode* Fs::inode(fuse_ino_t ino) {
-  if (ino == FUSE_ROOT_ID) return &root_;
-  return reinterpret_cast<Inode*>(ino);
-}
+Inode* Fs::inode(fuse_ino_t ino) { return static_cast<Inode*>(nodes_.get(ino)); }
 
-fuse_ino_t Fs::ino_of(Inode* i) const {
-  if (i == &root_) return FUSE_ROOT_ID;
-  return reinterpret_cast<fuse_ino_t>(i);
-}
+fuse_ino_t Fs::ino_of(Inode* i) const { return i->nodeid; }
 
 std::string Fs::proc_path(int fd) const { return "/proc/self/fd/" + std::to_string(fd); }
 
@@ -229,6 +232,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
     i->ino = st.st_ino;
     i->type = st.st_mode & S_IFMT;
     i->last_use = coarse_now();
+    i->nodeid = nodes_.add(i);
     n_inodes++;
     open_fds_++;
   }
@@ -238,7 +242,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   if (old_parent != &p) i->domain_gen.store(0, std::memory_order_release);
   i->nlookup++;
   e->ino = ino_of(i);
-  bool over = open_fds_.load() > fd_soft_limit_;
+  bool over = open_fds_.load() + budget_->in_use() > fd_soft_limit_;
   lk.unlock();
   if (over) reclaim_fds();
   return 0;
@@ -246,7 +250,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
 
 void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
   Inode* i = inode(ino);
-  if (i == &root_ || is_virtual(*i)) return;
+  if (!i || i == &root_ || is_virtual(*i)) return;
   std::lock_guard lk(table_mu_);
   if (i->nlookup.fetch_sub(n) == n) drop_locked(i);
 }
@@ -260,6 +264,7 @@ void Fs::drop_locked(Inode* i) {
       open_fds_--;
     }
     Inode* p = i->parent;
+    nodes_.remove(i->nodeid);
     table_.erase({i->ino, i->dev});
     n_inodes--;
     if (!p || p == &root_) break;
@@ -410,6 +415,12 @@ void Fs::renamed(Inode& p, const char* name, Inode& np, const char* newname, uns
   if (i) unpin(*i);
 }
 
+int Fs::charge_open(fuse_req_t req, Domain* d) {
+  return budget_->take(fuse_req_ctx(req)->uid, [&] {
+    return fence_.is_issuer(caller(req)) || (d && token_for(req, *d) != 0);
+  });
+}
+
 fence::Caller Fs::caller(fuse_req_t req) const {
   const fuse_ctx* c = fuse_req_ctx(req);
   return fence::Caller{c->pid, c->uid, c->gid};
@@ -419,21 +430,23 @@ Epoch Fs::token_for(fuse_req_t req, Domain& d) {
   return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
 }
 
-AsCaller::AsCaller(fuse_req_t req, mode_t mode) {
+AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   const fuse_ctx* c = fuse_req_ctx(req);
   if (c->uid == 0 && c->gid == 0) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
-  if (mode & S_ISGID) {
+  if ((mode & S_ISGID) || !dac) {
     // Whether the bit survives depends on the caller's groups (read from /proc: only here).
     gid_t groups[256];
     int n = fuse_req_getgroups(req, 256, groups);
     if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
+    // Checked natively: never with the daemon's own groups, when the caller's are unknown.
+    if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
-  if (syscall(SYS_capget, &hdr, data) == 0) {
+  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
     uint32_t dac = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
     data[0].effective |= dac & data[0].permitted;
     syscall(SYS_capset, &hdr, data);
@@ -446,6 +459,30 @@ AsCaller::~AsCaller() {
   syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
   syscall(SYS_setfsgid, 0);
   if (groups_) syscall(SYS_setgroups, 0, nullptr);
+}
+
+}  // namespace fencefs::fs
+
+namespace fencefs::fs {
+
+ChargedTo::ChargedTo(fuse_req_t req) {
+  uid_t uid = fuse_req_ctx(req)->uid;
+  if (uid == 0) return;
+  syscall(SYS_setfsuid, uid);
+  switched_ = true;
+}
+
+ChargedTo::~ChargedTo() {
+  if (switched_) syscall(SYS_setfsuid, 0);
+}
+
+void drop_resource_override() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return;
+  data[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
+  if (syscall(SYS_capset, &hdr, data) != 0)
+    log::warn("cannot drop CAP_SYS_RESOURCE: {}", strerror(errno));
 }
 
 }  // namespace fencefs::fs

@@ -411,7 +411,10 @@ int main(int argc, char* argv[]) {
   fence::Bindings bindings;
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
-  std::string mopts = "allow_other,default_permissions,fsname=" + backing + ",subtype=fencefs";
+  // Last, so it wins over `dev,suid` from mount(8) or fstab `defaults`: a device node or set-id
+  // file in the tree would be a way around the fence.
+  std::string mopts =
+      "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
   fuse_opt_add_arg(&args, "-o");
   fuse_opt_add_arg(&args, mopts.c_str());
   fuse_session* se =
@@ -424,6 +427,7 @@ int main(int argc, char* argv[]) {
   if (!copts.foreground) log::use_syslog(true);
   fuse_daemonize(copts.foreground);
   highwater.start();
+  fs::drop_resource_override();  // before the workers start: they inherit it
 
   int ret;
   if (copts.singlethread) {

@@ -21,21 +21,28 @@ void op_init(void* userdata, fuse_conn_info* conn) {
 template <auto Handler, typename... A>
 void pinned(fuse_req_t req, fuse_ino_t ino, A... a) {
   Fs& f = fs(req);
-  Pinned pin(f, f.inode(ino));
+  Inode* i = f.inode(ino);
+  if (!i) return (void)fuse_reply_err(req, ESTALE);
+  Pinned pin(f, i);
   if (pin.error()) return (void)fuse_reply_err(req, pin.error());
   Handler(req, ino, a...);
 }
 
 void pinned_symlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   Fs& f = fs(req);
-  Pinned pin(f, f.inode(parent));
+  Inode* p = f.inode(parent);
+  if (!p) return (void)fuse_reply_err(req, ESTALE);
+  Pinned pin(f, p);
   if (pin.error()) return (void)fuse_reply_err(req, pin.error());
   op_symlink(req, link, parent, name);
 }
 
 void pinned_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Fs& f = fs(req);
-  Pinned pin(f, f.inode(ino), f.inode(newparent));
+  Inode* i = f.inode(ino);
+  Inode* np = f.inode(newparent);
+  if (!i || !np) return (void)fuse_reply_err(req, ESTALE);
+  Pinned pin(f, i, np);
   if (pin.error()) return (void)fuse_reply_err(req, pin.error());
   op_link(req, ino, newparent, newname);
 }
@@ -43,7 +50,10 @@ void pinned_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const cha
 void pinned_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
                    const char* newname, unsigned int flags) {
   Fs& f = fs(req);
-  Pinned pin(f, f.inode(parent), f.inode(newparent));
+  Inode* p = f.inode(parent);
+  Inode* np = f.inode(newparent);
+  if (!p || !np) return (void)fuse_reply_err(req, ESTALE);
+  Pinned pin(f, p, np);
   if (pin.error()) return (void)fuse_reply_err(req, pin.error());
   op_rename(req, parent, name, newparent, newname, flags);
 }

@@ -18,6 +18,7 @@ struct DirHandle {
   dirent* entry = nullptr;
   bool ctl = false;
   bool is_root = false;
+  uid_t charged_uid = 0;  // 0 with dp == nullptr: nothing charged
 };
 
 DirHandle* dir_of(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
@@ -100,19 +101,27 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (i.kind == Kind::CtlDir) {
     d->ctl = true;
   } else {
+    if (int err = f.charge_open(req, nullptr)) return (void)fuse_reply_err(req, err);
+    d->charged_uid = fuse_req_ctx(req)->uid;
     int fd = openat(i.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return (void)fuse_reply_err(req, errno);
-    d->dp = fdopendir(fd);
-    if (!d->dp) {
+    if (fd >= 0 && !(d->dp = fdopendir(fd))) {
       int err = errno;
       ::close(fd);
+      errno = err;
+    }
+    if (!d->dp) {
+      int err = errno;
+      f.budget().give(d->charged_uid);
       return (void)fuse_reply_err(req, err);
     }
     d->is_root = &i == &f.root();
   }
   fi->fh = reinterpret_cast<uint64_t>(d.get());
   if (fuse_reply_open(req, fi) == -ENOENT) {
-    if (d->dp) closedir(d->dp);
+    if (d->dp) {
+      closedir(d->dp);
+      f.budget().give(d->charged_uid);
+    }
     return;
   }
   (void)d.release();  // fi->fh owns it now
@@ -128,7 +137,10 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   DirHandle* d = dir_of(fi);
-  if (d->dp) closedir(d->dp);
+  if (d->dp) {
+    closedir(d->dp);
+    fs(req).budget().give(d->charged_uid);
+  }
   delete d;
   fuse_reply_err(req, 0);
 }

@@ -76,9 +76,11 @@ int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission
 
 static bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
-static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writable) {
+static Handle* new_handle(fuse_req_t req, int fd, Inode& i, Domain* d, Epoch token, bool writable) {
   i.open_handles++;  // an open file's inode keeps its fd: it may be unlinked, beyond reopening
   auto* h = new Handle;
+  h->charged_uid = fuse_req_ctx(req)->uid;
+  h->charged = true;
   h->fd = fd;
   h->inode = &i;
   h->domain = d;
@@ -98,6 +100,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Fs& f = fs(req);
   Inode& i = *f.inode(ino);
   if (is_virtual(i)) return ctl_open(req, i, fi);
+  // The kernel opens special files itself; never let a reopen below reach one as root.
+  if (i.type != S_IFREG && i.type != S_IFDIR) return (void)fuse_reply_err(req, ENXIO);
   bool writable = wants_write(fi->flags);
   Domain* d = &f.domain_of(i);
   fence::Admission a;
@@ -111,13 +115,17 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // may drop O_APPEND later without telling us. No O_DIRECT: the request's buffer is not aligned
   // for it, and the kernel already bypasses its cache for such a handle.
   int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND | O_DIRECT);
+  if (int err = f.charge_open(req, d)) return (void)fuse_reply_err(req, err);
   int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   if (fd < 0 && errno == EMFILE) {
     f.reclaim_fds();
     fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   }
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
-  Handle* h = new_handle(fd, i, d, token, writable);
+  if (fd < 0) {
+    f.budget().give(fuse_req_ctx(req)->uid);
+    return (void)fuse_reply_err(req, errno);
+  }
+  Handle* h = new_handle(req, fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
     f.stamp(i, fd, token, *d);
     h->dirty = true;
@@ -128,8 +136,52 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
     ::close(fd);
     i.open_handles--;
+    f.budget().give(h->charged_uid);
     delete h;
   }
+}
+
+// The open of CREATE. The kernel sends it on a cached negative entry, so whatever was put at the
+// name in BACKING since is met here, with root's privileges: never follow a symlink, never open
+// (and block on) a FIFO or device, and open an existing file only with the caller's own
+// permissions, which the kernel has not checked. Returns the fd, or -1 with *err.
+static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mode, int fl,
+                          int* err) {
+  Fs& f = fs(req);
+  int flags = (fl | O_CREAT) & ~(O_NOFOLLOW | O_APPEND | O_DIRECT | O_EXCL);
+  int fd;
+  {
+    AsCaller as(req, mode);
+    fd = openat(p.fd, name, flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0 && errno == EMFILE) {
+      f.reclaim_fds();
+      fd = openat(p.fd, name, flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    }
+  }
+  if (fd >= 0) return fd;
+  *err = errno;
+  if (*err != EEXIST || (fl & O_EXCL)) return -1;
+  int opath = openat(p.fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (opath < 0) {
+    *err = errno;
+    return -1;
+  }
+  struct stat st;
+  if (fstat(opath, &st) != 0) {
+    *err = errno;
+  } else if (S_ISLNK(st.st_mode)) {
+    *err = ELOOP;
+  } else if (S_ISDIR(st.st_mode)) {
+    *err = EISDIR;
+  } else if (!S_ISREG(st.st_mode)) {
+    *err = ENXIO;
+  } else {
+    AsCaller as(req, 0, false);
+    fd = open(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC);
+    if (fd < 0) *err = errno;
+  }
+  ::close(opath);
+  return fd;
 }
 
 void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
@@ -141,27 +193,43 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   Domain* d = nullptr;
   int err = admit_at(req, p, name, "create", &a, false, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  int fd;
-  {
-    AsCaller as(req, mode);
-    int flags = (fi->flags | O_CREAT) & ~(O_NOFOLLOW | O_APPEND | O_DIRECT);
-    fd = openat(p.fd, name, flags, mode);
-    if (fd < 0 && errno == EMFILE) {
-      f.reclaim_fds();
-      fd = openat(p.fd, name, flags, mode);
+  if ((err = f.charge_open(req, &f.domain_of(p)))) return (void)fuse_reply_err(req, err);
+  struct Uncharge {  // until a handle holds the charge
+    Fs& f;
+    uid_t uid;
+    bool armed = true;
+    ~Uncharge() {
+      if (armed) f.budget().give(uid);
+    }
+  } uncharge{f, fuse_req_ctx(req)->uid};
+  int fd = -1;
+  fuse_entry_param e;
+  // The name may change in BACKING at any moment: retry (a few times) until the entry looked up
+  // is the file opened.
+  for (int attempt = 0; fd < 0 && attempt < 4; attempt++) {
+    fd = create_or_open(req, p, name, mode, fi->flags, &err);
+    if (fd < 0) {
+      if (err == ENOENT) continue;  // appeared, then vanished: create again
+      return (void)fuse_reply_err(req, err);
+    }
+    err = f.do_lookup(parent, name, &e);
+    struct stat st;
+    if (!err && (fstat(fd, &st) != 0 || st.st_ino != e.attr.st_ino || st.st_dev != e.attr.st_dev)) {
+      f.forget_one(e.ino, 1);
+      err = EAGAIN;
+    }
+    if (err) {
+      ::close(fd);
+      fd = -1;
+      if (err != ENOENT && err != EAGAIN) return (void)fuse_reply_err(req, err);
     }
   }
-  if (fd < 0) return (void)fuse_reply_err(req, errno);
-  fuse_entry_param e;
-  err = f.do_lookup(parent, name, &e);
-  if (err) {
-    ::close(fd);
-    return (void)fuse_reply_err(req, err);
-  }
+  if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
   // Stamped now, under the admission: a holder superseded before it closes does not restamp.
   f.stamp(i, fd, a.token(), *d);
-  Handle* h = new_handle(fd, i, d, a.token(), true);
+  Handle* h = new_handle(req, fd, i, d, a.token(), true);
+  uncharge.armed = false;
   h->dirty = true;
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
@@ -169,6 +237,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
     ::close(fd);
     i.open_handles--;
+    f.budget().give(h->charged_uid);
     delete h;
   }
 }
@@ -213,7 +282,11 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
   int err = admit_handle(req, h, "write", &a);
   if (err) return (void)fuse_reply_err(req, err);
   drop_privs(req, h);
-  ssize_t n = pwrite(h.fd, data, size, off);
+  ssize_t n;
+  {
+    ChargedTo charged(req);
+    n = pwrite(h.fd, data, size, off);
+  }
   if (n < 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_write(req, static_cast<size_t>(n));
 }
@@ -240,6 +313,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
+  if (h->charged) f.budget().give(h->charged_uid);
   delete h;
   fuse_reply_err(req, 0);
 }
@@ -258,7 +332,11 @@ void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
   fence::Admission a;
   int err = admit_handle(req, h, "fallocate", &a);
   if (err) return (void)fuse_reply_err(req, err);
-  int res = fallocate(h.fd, mode, off, len);
+  int res;
+  {
+    ChargedTo charged(req);
+    res = fallocate(h.fd, mode, off, len);
+  }
   fuse_reply_err(req, res == 0 ? 0 : errno);
 }
 
@@ -272,7 +350,11 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_fi
   fence::Admission a;
   int err = admit_handle(req, out, "copy_file_range", &a);
   if (err) return (void)fuse_reply_err(req, err);
-  ssize_t n = copy_file_range(in.fd, &off_in, out.fd, &off_out, len, static_cast<unsigned>(flags));
+  ssize_t n;
+  {
+    ChargedTo charged(req);
+    n = copy_file_range(in.fd, &off_in, out.fd, &off_out, len, static_cast<unsigned>(flags));
+  }
   if (n < 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_write(req, static_cast<size_t>(n));
 }

@@ -42,6 +42,8 @@ class FaultInjectionFileLayer::FaultFile : public File {
     return rc;
   }
 
+  int reserve(uint64_t end) override { return base_->reserve(end); }
+
   int sync() override {
     std::lock_guard<std::mutex> lock(fs_->mu_);
     if (epoch_ != fs_->handle_epoch_ || !fs_->tick()) return EIO;

@@ -1,6 +1,7 @@
 // The file operations the journal uses, behind an interface so tests can inject faults
 // (in the manner of RocksDB's FaultInjectionTestFS).
 #pragma once
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,9 @@ class File {
   // fdatasync. Returns 0 or an errno; after a failure nothing may be assumed durable.
   virtual int sync() = 0;
   virtual int close() = 0;
+  // Allocates the blocks up to byte `end` without changing the size, so that appends below it
+  // need no free space. 0 or an errno (EOPNOTSUPP where the filesystem cannot).
+  virtual int reserve(uint64_t end) { return EOPNOTSUPP; }
 };
 
 class FileLayer {

@@ -34,16 +34,30 @@ std::string refusal_hint(const std::string& dir) {
          " --floor N` (docs/journal-format.md)";
 }
 
+// Room kept allocated past the end of the journal, so that advances append without needing free
+// space on the disk (about 20,000 records).
+constexpr uint64_t kJournalReserve = 1u << 20;
+
+// Writes `bytes` to a new `tmp` and syncs it; the file stays open in *f.
+int write_synced(FileLayer& fs, const std::string& tmp, const std::string& bytes,
+                 std::unique_ptr<File>* f) {
+  int rc = 0;
+  *f = fs.open_append(tmp, true, &rc);
+  if (*f == nullptr) return rc != 0 ? rc : EIO;
+  rc = (*f)->append(bytes.data(), bytes.size());
+  if (rc == 0) rc = (*f)->sync();
+  if (rc != 0) (*f)->close();
+  return rc;
+}
+
 // Writes `bytes` to `tmp`, syncs it, renames it over `final`, syncs the directory. The new file
 // stays open for appending in *keep when keep is not null.
 int replace_file(FileLayer& fs, const std::string& tmp, const std::string& final,
                  const std::string& dir, const std::string& bytes, std::unique_ptr<File>* keep) {
-  int rc = 0;
-  std::unique_ptr<File> f = fs.open_append(tmp, true, &rc);
-  if (f == nullptr) return rc != 0 ? rc : EIO;
-  rc = f->append(bytes.data(), bytes.size());
-  if (rc == 0) rc = f->sync();
-  if (rc == 0) rc = fs.rename(tmp, final);
+  std::unique_ptr<File> f;
+  int rc = write_synced(fs, tmp, bytes, &f);
+  if (rc != 0) return rc;
+  rc = fs.rename(tmp, final);
   if (rc == 0) rc = fs.sync_dir(dir);
   if (rc != 0 || keep == nullptr) {
     f->close();
@@ -85,6 +99,7 @@ class Store final : public StateStore {
     journal_size_ = journal_size;
     snapshot_size_ = snapshot_size;
     report_ = std::move(report);
+    keep_reserve();
   }
 
   std::vector<DomainRecord> domains() const override {
@@ -152,7 +167,8 @@ class Store final : public StateStore {
     std::unique_lock<std::mutex> lk(mu_);
     cv_.wait(lk, [&] { return !busy_; });
     busy_ = true;
-    int rc = write_fresh(lk);
+    bool kept = false;
+    int rc = write_fresh(lk, &kept);
     if (rc == 0) {
       poisoned_ = false;
     } else {
@@ -254,12 +270,33 @@ class Store final : public StateStore {
       // Never retry a failed fsync and trust it: the kernel may have dropped the dirty pages and
       // a second fsync would "succeed" without them.
       poison();
-    } else if (opts_.compact_threshold_bytes > 0 && journal_size_ > opts_.compact_threshold_bytes) {
+    } else if (opts_.compact_threshold_bytes > 0 && journal_size_ > opts_.compact_threshold_bytes &&
+               journal_size_ >= retry_compaction_at_) {
       cv_.notify_all();  // this batch is durable: its callers need not wait for the compaction
-      if (write_fresh(lk) != 0) poison();
+      bool kept = false;
+      if (write_fresh(lk, &kept) != 0) {
+        if (!kept) {
+          poison();
+        } else {
+          // Short of space, most likely: the journal stays valid and keeps its reserve; try
+          // again after a while rather than on every batch.
+          retry_compaction_at_ = journal_size_ + opts_.compact_threshold_bytes / 8;
+        }
+      }
+    }
+    if (rc == 0 && journal_size_ + kJournalReserve / 2 > reserved_end_) {
+      lk.unlock();
+      keep_reserve();
+      lk.lock();
     }
     busy_ = false;
     cv_.notify_all();
+  }
+
+  // Owner of the journal file (busy_, or during init): extend the allocated room past its end.
+  void keep_reserve() {
+    uint64_t end = journal_size_ + kJournalReserve;
+    if (journal_->reserve(end) == 0) reserved_end_ = end;
   }
 
   // Marks a batch done and moves the durable/pending epochs. Under mu_.
@@ -297,8 +334,10 @@ class Store final : public StateStore {
 
   // Compaction and rewrite(): the durable state as a snapshot of generation g+1 (temp file, sync,
   // rename, sync dir), then an empty journal of generation g+1 the same way. Called with mu_ held
-  // and busy_ owned; drops mu_ during the I/O.
-  int write_fresh(std::unique_lock<std::mutex>& lk) {
+  // and busy_ owned; drops mu_ during the I/O. Both new files are written (and the journal's
+  // reserve allocated) before anything is renamed: until then a failure, such as a full disk,
+  // leaves the current journal in force (*kept), with the room it has.
+  int write_fresh(std::unique_lock<std::mutex>& lk, bool* kept) {
     std::vector<DomainRecord> snap;
     for (const auto& [id, d] : domains_) {
       if (d.added) snap.push_back(DomainRecord{id, d.path, d.durable});
@@ -309,11 +348,32 @@ class Store final : public StateStore {
     const std::string sbytes = snapshot_bytes(inc, gen, snap);
     uint32_t seed = 0;
     const std::string jbytes = journal_header(inc, gen, &seed);
-    std::unique_ptr<File> fresh;
-    int rc = replace_file(fs_, p_.snapshot_tmp, p_.snapshot, p_.dir, sbytes, nullptr);
+    std::unique_ptr<File> fresh, snap_file;
+    *kept = true;
+    int rc = write_synced(fs_, p_.journal_tmp, jbytes, &fresh);
+    if (rc == 0) {
+      rc = fresh->reserve(jbytes.size() + kJournalReserve);
+      if (rc == EOPNOTSUPP) rc = 0;
+    }
+    if (rc == 0) rc = write_synced(fs_, p_.snapshot_tmp, sbytes, &snap_file);
+    if (rc == 0) snap_file->close();
+    if (rc == 0) rc = fs_.rename(p_.snapshot_tmp, p_.snapshot);
     // Once the new snapshot is in place the old journal is covered (and ignored by recovery):
     // from here on, any failure leaves the store poisoned so nothing is appended to it.
-    if (rc == 0) rc = replace_file(fs_, p_.journal_tmp, p_.journal, p_.dir, jbytes, &fresh);
+    if (rc == 0) {
+      *kept = false;
+      rc = fs_.sync_dir(p_.dir);
+      if (rc == 0) rc = fs_.rename(p_.journal_tmp, p_.journal);
+      if (rc == 0) rc = fs_.sync_dir(p_.dir);
+    }
+    // Only want of space keeps the journal in force: any other failure (a failed fsync above
+    // all) says the disk cannot be trusted.
+    if (rc != 0 && rc != ENOSPC && rc != EDQUOT) *kept = false;
+    if (rc != 0 && *kept) {
+      if (fresh) fresh->close();
+      fs_.remove(p_.journal_tmp);
+      fs_.remove(p_.snapshot_tmp);
+    }
     if (rc == 0) {
       journal_->close();
       journal_ = std::move(fresh);
@@ -323,6 +383,8 @@ class Store final : public StateStore {
     if (rc == 0) {
       generation_ = gen;
       journal_size_ = jbytes.size();
+      reserved_end_ = journal_size_ + kJournalReserve;
+      retry_compaction_at_ = 0;
       snapshot_size_ = sbytes.size();
       stats_.compactions++;
     }
@@ -353,6 +415,8 @@ class Store final : public StateStore {
   // Owned by the holder of busy_.
   std::unique_ptr<File> journal_;
   uint32_t chain_ = 0;
+  uint64_t reserved_end_ = 0;         // blocks allocated up to here
+  uint64_t retry_compaction_at_ = 0;  // after a compaction failed for want of space
 };
 
 // A new lineage: the empty journal first, then the snapshot (see load(): a lone empty journal

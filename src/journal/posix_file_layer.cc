@@ -42,6 +42,11 @@ class PosixFile : public File {
     return 0;
   }
 
+  int reserve(uint64_t end) override {
+    if (fd_ < 0) return EBADF;
+    return ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(end)) == 0 ? 0 : errno;
+  }
+
   int close() override {
     if (fd_ < 0) return 0;
     int fd = fd_;

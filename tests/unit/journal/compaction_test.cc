@@ -144,5 +144,54 @@ TEST(Compaction, FailedCompactionPoisonsButTheDurableAdvanceSucceeds) {
   EXPECT_EQ(state_of(*r).at(0).second, e + 1);
 }
 
+// A disk that has no room for new files: appends to temp files created while it is full get
+// ENOSPC, while the journal, which keeps room allocated past its end, still takes records.
+class FullDiskLayer : public NoSyncLayer {
+ public:
+  bool full = false;
+  std::unique_ptr<File> open_append(const std::string& path, bool truncate, int* err) override {
+    auto f = NoSyncLayer::open_append(path, truncate, err);
+    if (f == nullptr || path.size() < 4 || path.compare(path.size() - 4, 4, ".tmp") != 0) return f;
+    if (!full) return f;
+    return std::make_unique<FullFile>(std::move(f));
+  }
+
+ private:
+  class FullFile : public File {
+   public:
+    explicit FullFile(std::unique_ptr<File> f) : f_(std::move(f)) {}
+    int append(const void*, size_t) override { return ENOSPC; }
+    int sync() override { return f_->sync(); }
+    int close() override { return f_->close(); }
+
+   private:
+    std::unique_ptr<File> f_;
+  };
+};
+
+TEST(Compaction, NoRoomForCompactionKeepsTheJournalAndAdvancesGoOn) {
+  TempDir t;
+  FullDiskLayer fs;
+  const uint64_t threshold = 200;
+  auto s = create_store(t.state(), fs, threshold);
+  ASSERT_NE(s, nullptr);
+  fs.full = true;
+  uint64_t e = 0;
+  for (int i = 0; i < 50; i++) ASSERT_EQ(s->advance(0, ++e), 0) << i;  // well past the threshold
+  EXPECT_FALSE(s->poisoned());
+  EXPECT_EQ(s->stats().compactions, 0u);
+  EXPECT_GT(s->stats().journal_bytes, threshold);
+  EXPECT_FALSE(std::filesystem::exists(t.state() + "/journal.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(t.state() + "/snapshot.tmp"));
+  fs.full = false;  // room again: the next compaction goes through
+  for (int i = 0; i < 50 && s->stats().compactions == 0; i++) ASSERT_EQ(s->advance(0, ++e), 0);
+  EXPECT_GT(s->stats().compactions, 0u);
+  s.reset();
+  std::string err;
+  auto r = reopen(t.state(), fs, &err, threshold);
+  ASSERT_NE(r, nullptr) << err;
+  EXPECT_EQ(state_of(*r).at(0).second, e);
+}
+
 }  // namespace
 }  // namespace fencefs::journal

@@ -1,0 +1,43 @@
+// How many open files (each holds a daemon fd, and pins its inode's fd) callers may hold, so that
+// no user can take every fd of the daemon: binds (pidfds), the journal, the audit trail and
+// stamps always find one.
+#pragma once
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstddef>
+#include <functional>
+#include <mutex>
+#include <unordered_map>
+
+namespace fencefs::fs {
+
+class FdBudget {
+ public:
+  // limit: the daemon's RLIMIT_NOFILE.
+  explicit FdBudget(size_t limit);
+
+  // One more open handle for uid: 0, EMFILE (uid over its share) or ENFILE (all unprivileged
+  // callers together over theirs). Past the ordinary shares, exempt() (an issuer, or a job bound
+  // in the file's domain) may go on up to a hard ceiling that still leaves the reserve.
+  int take(uid_t uid, const std::function<bool()>& exempt);
+  void give(uid_t uid);
+
+  size_t per_uid() const { return per_uid_; }
+  size_t shared() const { return shared_; }
+  size_t ceiling() const { return ceiling_; }
+  size_t in_use() const { return total_.load(std::memory_order_relaxed); }
+  uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+
+ private:
+  size_t per_uid_, shared_, ceiling_;
+  std::mutex mu_;
+  std::unordered_map<uid_t, size_t> by_uid_;
+  size_t ordinary_ = 0;  // handles within the ordinary shares
+  std::unordered_map<uid_t, size_t> exempt_by_uid_;
+  std::atomic<size_t> total_{0};
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<int64_t> last_log_{0};
+};
+
+}  // namespace fencefs::fs

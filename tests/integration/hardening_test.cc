@@ -1,0 +1,441 @@
+// What sits in BACKING, the mount options, the daemon's fds and the disk's free space cannot be
+// turned against the fence or against the host: real mounts, hostile placements.
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "integration/mount_fixture.h"
+
+using namespace fencefs::testing;
+
+namespace {
+
+constexpr uid_t kNobody = 65534;
+constexpr gid_t kNogroup = 65534;
+
+// BACKING's root open to everyone, so that `nobody` may create there (permissions still apply).
+Mount open_mount(std::vector<std::string> extra = {}) {
+  return Mount(std::move(extra), [](const std::string& b) { ::chmod(b.c_str(), 0777); });
+}
+
+// In a child: binds `token` for / (0: none), becomes `uid` (0: stays root), runs fn.
+int job_as(const Mount& m, uint64_t token, uid_t uid, const std::function<int()>& fn) {
+  return in_child([&] {
+    if (token && m.ctl("bind / " + std::to_string(token)) != 0) return 200;
+    if (uid && (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(uid) != 0))
+      return 201;
+    return fn();
+  });
+}
+
+// Runs fn in a child; kills it if it has not finished within `seconds` (*hung = true). A child
+// killed inside a request the daemon already took waits for the reply: `rescue` then frees the
+// daemon, so that the test reports the hang instead of hanging.
+int with_deadline(double seconds, bool* hung, const std::function<int()>& fn,
+                  const std::function<void()>& rescue = {}) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) _exit(fn());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int st = 0;
+  *hung = false;
+  while (waitpid(pid, &st, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      *hung = true;
+      kill(pid, SIGKILL);
+      if (rescue) rescue();
+      waitpid(pid, &st, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// A directory outside BACKING with a root-only file and a root-only subdirectory.
+struct Outside {
+  std::string dir;
+  Outside() {
+    char tmpl[] = "/tmp/fencefs-outside-XXXXXX";
+    dir = mkdtemp(tmpl);
+    ::chmod(dir.c_str(), 0755);
+    spit(dir + "/secret", "root's data\n");
+    ::chmod((dir + "/secret").c_str(), 0600);
+    ::mkdir((dir + "/rootonly").c_str(), 0700);
+  }
+  ~Outside() { sh("rm -rf '" + dir + "'"); }
+};
+
+// Makes the kernel cache `rel` as absent (a negative entry), so that the next open with O_CREAT
+// is sent as CREATE without a lookup first.
+void cache_absent(const Mount& m, const std::string& rel) {
+  struct stat st;
+  ASSERT_EQ(-1, ::lstat(m.path(rel).c_str(), &st));
+  ASSERT_EQ(ENOENT, errno);
+}
+
+}  // namespace
+
+TEST(Hardening, CreateNeverFollowsASymlinkPlacedInBacking) {
+  Outside out;
+  auto m = open_mount();
+  struct stat before;
+  ASSERT_EQ(0, stat((out.dir + "/secret").c_str(), &before));
+  for (uid_t uid : {uid_t{0}, kNobody}) {
+    SCOPED_TRACE("uid " + std::to_string(uid));
+    std::string trunc = "t" + std::to_string(uid), make = "c" + std::to_string(uid);
+    cache_absent(m, trunc);
+    cache_absent(m, make);
+    // Placed directly in BACKING after the kernel cached the names as absent.
+    ASSERT_EQ(0, symlink((out.dir + "/secret").c_str(), m.bpath(trunc).c_str()));
+    ASSERT_EQ(0, symlink((out.dir + "/rootonly/planted").c_str(), m.bpath(make).c_str()));
+    int err_trunc = job_as(m, 1, uid, [&] {
+      int fd = open(m.path(trunc).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) return errno;
+      return E(write(fd, "pwned\n", 6)) == 0 ? 0 : 100;
+    });
+    int err_make = job_as(m, 1, uid, [&] {
+      int fd = open(m.path(make).c_str(), O_WRONLY | O_CREAT, 0644);
+      return fd < 0 ? errno : 0;
+    });
+    EXPECT_NE(0, err_trunc);
+    EXPECT_NE(0, err_make);
+    EXPECT_EQ("root's data\n", slurp(out.dir + "/secret"));
+    struct stat after;
+    ASSERT_EQ(0, stat((out.dir + "/secret").c_str(), &after));
+    EXPECT_EQ(before.st_size, after.st_size);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+    EXPECT_EQ(-1, access((out.dir + "/rootonly/planted").c_str(), F_OK));
+    // The symlinks are still what the kernel sees once it looks again.
+    struct stat st;
+    ASSERT_EQ(0, lstat(m.bpath(trunc).c_str(), &st));
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+  }
+}
+
+TEST(Hardening, CreateNeverOpensAFifoPlacedInBacking) {
+  auto m = open_mount();
+  uint64_t epoch = 1;
+  for (int flags : {O_WRONLY, O_RDONLY}) {
+    SCOPED_TRACE("flags " + std::to_string(flags));
+    std::string name = "fifo" + std::to_string(flags);
+    cache_absent(m, name);
+    ASSERT_EQ(0, mkfifo(m.bpath(name).c_str(), 0666));
+    bool hung = false;
+    // Should the daemon be stuck in the FIFO's open, the other end frees it.
+    int unblock = -1;
+    auto rescue = [&] {
+      unblock = open(m.bpath(name).c_str(), (flags == O_WRONLY ? O_RDONLY : O_RDWR) | O_NONBLOCK);
+    };
+    int err = with_deadline(
+        10, &hung,
+        [&] {
+          if (m.ctl("bind / " + std::to_string(epoch)) != 0) return 200;
+          int fd = open(m.path(name).c_str(), flags | O_CREAT, 0644);
+          return fd < 0 ? errno : 0;
+        },
+        rescue);
+    EXPECT_FALSE(hung) << "the open through the mount blocked";
+    EXPECT_NE(0, err) << "the daemon opened the FIFO for the caller";
+    // The domain's admission was not held: an advance completes.
+    ++epoch;
+    int adv = with_deadline(
+        10, &hung, [&] { return m.ctl("advance / " + std::to_string(epoch)); },
+        [&] {
+          if (unblock < 0) rescue();
+        });
+    EXPECT_FALSE(hung) << "the advance blocked";
+    EXPECT_EQ(0, adv);
+    if (unblock >= 0) ::close(unblock);
+  }
+}
+
+// A regular file put at a name the kernel believed absent: the kernel checked only the
+// directory, so the open must be checked with the caller's own permissions.
+TEST(Hardening, CreateOverAFilePlacedInBackingUsesTheCallersPermissions) {
+  // The daemon runs with root's supplementary group, as from a login shell.
+  gid_t root_group = 0;
+  ASSERT_EQ(0, setgroups(1, &root_group));
+  auto m = open_mount();
+  ASSERT_EQ(0, setgroups(0, nullptr));
+  cache_absent(m, "rootfile");
+  cache_absent(m, "mine");
+  spit(m.bpath("rootfile"), "root only\n");
+  ASSERT_EQ(0, ::chmod(m.bpath("rootfile").c_str(), 0600));
+  spit(m.bpath("mine"), "old\n");
+  ASSERT_EQ(0, ::chown(m.bpath("mine").c_str(), kNobody, kNogroup));
+  EXPECT_EQ(EACCES, job_as(m, 1, kNobody, [&] {
+              int fd = open(m.path("rootfile").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              return fd < 0 ? errno : 0;
+            }));
+  EXPECT_EQ("root only\n", slurp(m.bpath("rootfile")));
+  // Nor with the daemon's own supplementary groups (root's).
+  cache_absent(m, "rootgroup");
+  spit(m.bpath("rootgroup"), "root group\n");
+  ASSERT_EQ(0, ::chmod(m.bpath("rootgroup").c_str(), 0660));
+  EXPECT_EQ(EACCES, job_as(m, 1, kNobody, [&] {
+              int fd = open(m.path("rootgroup").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              return fd < 0 ? errno : 0;
+            }));
+  EXPECT_EQ("root group\n", slurp(m.bpath("rootgroup")));
+  // A file the caller may write is opened (and truncated) as usual.
+  EXPECT_EQ(0, job_as(m, 1, kNobody, [&] {
+              int fd = open(m.path("mine").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              if (fd < 0) return errno;
+              return E(write(fd, "new\n", 4));
+            }));
+  EXPECT_EQ("new\n", slurp(m.bpath("mine")));
+}
+
+// Operations that do not follow a symlink reach the daemon with the symlink's inode, which it
+// holds as an O_PATH fd; going through /proc/self/fd/N must act on the symlink, never its target.
+TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
+  Outside out;
+  auto m = open_mount();
+  ASSERT_EQ(0, symlink((out.dir + "/secret").c_str(), m.bpath("lnk").c_str()));
+  struct timespec old_times[2] = {{1000000, 0}, {1000000, 0}};
+  ASSERT_EQ(0, utimensat(AT_FDCWD, (out.dir + "/secret").c_str(), old_times, 0));
+  struct stat before;
+  ASSERT_EQ(0, stat((out.dir + "/secret").c_str(), &before));
+  std::string l = m.path("lnk");
+  EXPECT_EQ(0, job_as(m, 1, 0, [&] {
+              struct timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
+              utimensat(AT_FDCWD, l.c_str(), now, AT_SYMLINK_NOFOLLOW);
+              lchown(l.c_str(), kNobody, kNogroup);
+              lsetxattr(l.c_str(), "user.x", "1", 1, 0);
+              lsetxattr(l.c_str(), "trusted.x", "1", 1, 0);
+              syscall(452 /* fchmodat2 */, AT_FDCWD, l.c_str(), 0777, AT_SYMLINK_NOFOLLOW);
+              return 0;
+            }));
+  struct stat after;
+  ASSERT_EQ(0, stat((out.dir + "/secret").c_str(), &after));
+  EXPECT_EQ(before.st_mode, after.st_mode);
+  EXPECT_EQ(before.st_uid, after.st_uid);
+  EXPECT_EQ(before.st_gid, after.st_gid);
+  EXPECT_EQ(before.st_mtim.tv_sec, after.st_mtim.tv_sec);
+  EXPECT_EQ(before.st_size, after.st_size);
+  char buf[16];
+  EXPECT_EQ(-1, getxattr((out.dir + "/secret").c_str(), "user.x", buf, sizeof buf));
+  EXPECT_EQ(-1, getxattr((out.dir + "/secret").c_str(), "trusted.x", buf, sizeof buf));
+}
+
+// mount(8) and fstab's `defaults` hand the daemon `dev,suid`: the mount is nodev,nosuid anyway,
+// so a device node in the tree cannot be used to write around the fence.
+TEST(Hardening, NodevNosuidWhateverTheMountOptionsSay) {
+  char tmpl[] = "/tmp/fencefs-nodev-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  ::chmod(dir.c_str(), 0755);
+  std::string b = dir + "/b", mnt = dir + "/m";
+  ASSERT_EQ(0, sh("mkdir -p " + b + " " + mnt));
+  std::string bin_dir = std::filesystem::path(FENCEFS_BIN).parent_path();
+  ASSERT_EQ(0, sh("PATH='" + bin_dir + "':$PATH mount.fuse3 " + b + " " + mnt +
+                  " -t fuse.fencefs -o dev,suid,exec 2>/dev/null"));
+  std::string line = sh_out("grep ' " + mnt + " ' /proc/mounts");
+  EXPECT_NE(std::string::npos, line.find("nodev")) << line;
+  EXPECT_NE(std::string::npos, line.find("nosuid")) << line;
+  struct statvfs sv;
+  ASSERT_EQ(0, statvfs(mnt.c_str(), &sv));
+  EXPECT_TRUE(sv.f_flag & ST_NODEV);
+  EXPECT_TRUE(sv.f_flag & ST_NOSUID);
+  std::string node = mnt + "/null";
+  EXPECT_EQ(0, in_child([&] {
+              int fd = open((mnt + "/.fencefs/ctl").c_str(), O_WRONLY);
+              if (fd < 0 || write(fd, "bind / 1", 8) != 8) return 200;
+              return E(mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 3)));
+            }));
+  int err = in_child([&] {
+    if (setgid(kNogroup) != 0 || setuid(kNobody) != 0) return 201;
+    int fd = open(node.c_str(), O_WRONLY);
+    if (fd < 0) return errno;
+    return write(fd, "x", 1) == 1 ? 0 : 100;
+  });
+  EXPECT_NE(0, err) << "a token-less user wrote through a device node";
+  EXPECT_EQ(EACCES, err);
+  EXPECT_EQ(0, sh("fusermount3 -u " + mnt));
+  sh("rm -rf " + dir);
+}
+
+// ~20,000 read-only opens by one unprivileged user are refused long before the daemon runs out
+// of fds: a bind (a pidfd) and a bound job's write still work while they are held.
+TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
+  auto m = open_mount();
+  spit(m.bpath("r"), "readable\n");
+  int report[2], release[2];
+  ASSERT_EQ(0, pipe(report));
+  ASSERT_EQ(0, pipe(release));
+  // Several processes (each may hold up to RLIMIT_NOFILE fds, 20,000 here), as nobody, open
+  // until refused; they keep their files open until `release` is closed.
+  constexpr int kHogs = 3;
+  fflush(nullptr);
+  std::vector<pid_t> hogs;
+  for (int k = 0; k < kHogs; k++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      ::close(report[0]);
+      ::close(release[1]);
+      rlimit rl{};
+      getrlimit(RLIMIT_NOFILE, &rl);
+      rl.rlim_cur = rl.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &rl);
+      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
+      int msg[2] = {0, 0};
+      for (; msg[0] < 15000; msg[0]++) {
+        if (open(m.path("r").c_str(), O_RDONLY) < 0) {
+          msg[1] = errno;
+          break;
+        }
+      }
+      if (write(report[1], msg, sizeof msg) != sizeof msg) _exit(3);
+      char c;
+      if (read(release[0], &c, 1) < 0) _exit(4);
+      _exit(0);
+    }
+    hogs.push_back(pid);
+  }
+  ::close(report[1]);
+  ::close(release[0]);
+  int total = 0, refused = 0;
+  for (int k = 0; k < kHogs; k++) {
+    int msg[2] = {0, 0};
+    ASSERT_EQ(static_cast<ssize_t>(sizeof msg), read(report[0], msg, sizeof msg));
+    total += msg[0];
+    if (msg[1]) {
+      EXPECT_TRUE(msg[1] == EMFILE || msg[1] == ENFILE) << strerror(msg[1]);
+      refused++;
+    }
+  }
+  EXPECT_EQ(kHogs, refused);
+  EXPECT_LT(total, 20000) << "nobody held as many files as the daemon has fds";
+  EXPECT_GT(total, 100);  // ordinary use is not refused
+  // While the opens are held: a bind, a bound job's write, another user's bound write.
+  EXPECT_EQ(0, as_job(m, 1, [&] {
+              int fd = open(m.path("w").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              if (fd < 0) return errno;
+              int err = E(write(fd, "still works\n", 12));
+              return err ? err : E(close(fd));
+            }));
+  EXPECT_EQ("still works\n", slurp(m.bpath("w")));
+  EXPECT_EQ(0, m.ctl("advance / 2"));
+  EXPECT_EQ(0, job_as(m, 2, kNobody, [&] {
+              int fd = open(m.path("n").c_str(), O_WRONLY | O_CREAT, 0644);
+              if (fd < 0) return errno;
+              return E(write(fd, "x", 1));
+            }));
+  EXPECT_NE(std::string::npos, m.daemon_log().find("open refused"));
+  ::close(release[1]);
+  ::close(report[0]);
+  for (pid_t pid : hogs) waitpid(pid, nullptr, 0);
+  // Once they are closed the user may open again.
+  EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(m.path("r").c_str(), O_RDONLY)); }));
+}
+
+// BACKING on a small ext4 with a root reserve: a non-root job filling the disk through the mount
+// cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
+// took the reserve too (the journal keeps room allocated ahead).
+TEST(Hardening, FullDiskCannotStopAnAdvance) {
+  char tmpl[] = "/tmp/fencefs-full-XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::string img = dir + "/disk.img";
+  ASSERT_EQ(0, sh("truncate -s 48M " + img + " && mkfs.ext4 -q -F -m 10 -I 256 " + img));
+  struct Cleanup {
+    std::string dir, backing, root;
+    ~Cleanup() {
+      if (!backing.empty()) sh("umount '" + backing + "' 2>/dev/null");
+      if (!root.empty()) sh("rm -rf '" + root + "'");
+      sh("rm -rf '" + dir + "'");
+    }
+  } cleanup{dir, "", ""};
+  bool loop_ok = true;
+  Mount m({}, [&](const std::string& b) {
+    cleanup.backing = b;
+    loop_ok = sh("mount -o loop '" + img + "' '" + b + "'") == 0;
+    ::chmod(b.c_str(), 0777);
+  });
+  cleanup.root = m.root();
+  ASSERT_TRUE(loop_ok) << "loop devices are needed for this test";
+  ASSERT_TRUE(m.mounted());
+  struct statvfs sv;
+  ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
+  const uint64_t reserved = (sv.f_bfree - sv.f_bavail) * sv.f_frsize;
+  ASSERT_GT(reserved, 3u << 20);
+
+  auto fill = [&](uid_t uid, uint64_t token, const std::string& name) {
+    return job_as(m, token, uid, [&] {
+      int fd = open(m.path(name).c_str(), O_WRONLY | O_CREAT, 0644);
+      if (fd < 0) return errno;
+      std::string chunk(1 << 20, 'x');
+      for (int i = 0; i < 200; i++) {
+        ssize_t n = write(fd, chunk.data(), chunk.size());
+        if (n < 0) return errno;
+        if (n == 0) return 100;
+      }
+      return 101;  // never full
+    });
+  };
+  EXPECT_EQ(ENOSPC, fill(kNobody, 1, "by-nobody"));
+  ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
+  EXPECT_GE(sv.f_bfree * sv.f_frsize, reserved / 2) << "the non-root writer used the root reserve";
+  EXPECT_EQ(0, m.ctl("advance / 2"));
+  // Root (which may use the reserve, as natively) fills the rest.
+  EXPECT_EQ(ENOSPC, fill(0, 2, "by-root"));
+  ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
+  EXPECT_LT(sv.f_bfree * sv.f_frsize, reserved / 2);
+  // Enough records to cross several blocks of the journal.
+  for (int e = 3; e < 400; e++) ASSERT_EQ(0, m.ctl("advance / " + std::to_string(e))) << e;
+  // Not poisoned: the epoch is durable across a restart.
+  EXPECT_EQ(0, m.unmount());
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ("399", xattr(m.path(""), "user.fencefs.epoch"));
+  EXPECT_EQ(ESTALE,
+            as_job(m, 398, [&] { return E(open(m.path("x").c_str(), O_WRONLY | O_CREAT, 0644)); }));
+}
+
+// Node ids are table indices: stat still gives BACKING's inode numbers, and the node ids a user
+// can read (in the mount's file handles) are small numbers, not daemon addresses.
+TEST(Hardening, NodeIdsRevealNoAddresses) {
+  auto m = open_mount();
+  const int kFiles = 3000;
+  ASSERT_EQ(0, ::mkdir(m.bpath("d").c_str(), 0755));
+  for (int i = 0; i < kFiles; i++) spit(m.bpath("d/f" + std::to_string(i)), "");
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < kFiles; i++) {
+      std::string rel = "d/f" + std::to_string(i);
+      struct stat via, direct;
+      ASSERT_EQ(0, stat(m.path(rel).c_str(), &via)) << rel;
+      ASSERT_EQ(0, stat(m.bpath(rel).c_str(), &direct));
+      ASSERT_EQ(direct.st_ino, via.st_ino) << rel;
+      struct {
+        file_handle h;
+        unsigned char bytes[64];
+      } fh;
+      fh.h.handle_bytes = sizeof fh.bytes;
+      int mount_id;
+      ASSERT_EQ(0, name_to_handle_at(AT_FDCWD, m.path(rel).c_str(), &fh.h, &mount_id, 0))
+          << strerror(errno);
+      ASSERT_GE(fh.h.handle_bytes, 8u);
+      uint32_t words[2];
+      memcpy(words, fh.h.f_handle, sizeof words);
+      uint64_t nodeid = (static_cast<uint64_t>(words[0]) << 32) | words[1];
+      // (generation << 32) | slot: few generations and slots in a fresh mount.
+      EXPECT_LT(nodeid >> 32, 100u) << std::hex << nodeid;
+      EXPECT_LT(nodeid & 0xffffffffu, 1u << 20) << std::hex << nodeid;
+      if (HasFailure()) return;
+    }
+  }
+}
