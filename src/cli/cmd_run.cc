@@ -182,9 +182,10 @@ etcd::Options etcd_options(const Opts& o) {
   e.cacert = o.cacert;
   e.cert = o.cert;
   e.key = o.key;
-  // A keepalive must be able to give up on one endpoint and try another within the TTL.
-  auto third = std::chrono::milliseconds(static_cast<int64_t>(o.ttl * 1000 / 3));
-  e.request_timeout = std::clamp(third, etcd::Millis(1000), etcd::Millis(5000));
+  // A keepalive must be able to give up on one endpoint and try another within the TTL, and a
+  // call must outlast a leader election (one to two seconds).
+  auto half = std::chrono::milliseconds(static_cast<int64_t>(o.ttl * 1000 / 2));
+  e.request_timeout = std::clamp(half, etcd::Millis(3000), etcd::Millis(5000));
   e.connect_timeout = std::min(e.request_timeout / 2, etcd::Millis(1000));
   return e;
 }

@@ -245,7 +245,13 @@ struct Client::Impl {
         curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
                          static_cast<long>(std::min(o.connect_timeout, left).count()));
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(left.count()));
+        // A hung endpoint (a member without a leader, a stopped process) must not use up the
+        // whole call: give each endpoint left in this round a share, except for waits and
+        // watches, whose time is the call's own.
+        Millis attempt = left;
+        if (!timeout_is_wait && path != "/v3/watch")
+          attempt = std::min(left, std::max(Millis(1000), left / static_cast<int64_t>(n - k)));
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(attempt.count()));
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
         if (!o.cacert.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.cacert.c_str());
