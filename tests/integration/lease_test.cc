@@ -1,6 +1,9 @@
 // Tokens from the same step that grants ownership: `fencectl run --acquire` (the resource is the
 // issuer) and `fencectl run --etcd … --lock …` (etcd is), against real mounts and a real etcd.
+#include <fcntl.h>
+#include <fencefs/ioctl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +105,43 @@ TEST(Acquire, SecondRunRevokesTheFirst) {
   EXPECT_EQ("refused", trim(slurp(s.p("res1"))));
   EXPECT_NE(std::string::npos, slurp(s.p("err1")).find("Stale file handle"));
   EXPECT_EQ("two\n", slurp(m.path("data")));
+}
+
+TEST(Ioctl, AcquireAndBindOnTheDomainsDirectory) {
+  Mount m;
+  ASSERT_EQ(0, in_child([&] {
+              int dir = open(m.mnt().c_str(), O_RDONLY | O_DIRECTORY);
+              fencefs_acquire a{};
+              a.flags = FENCEFS_ACQUIRE_BIND;
+              if (ioctl(dir, FENCEFS_IOC_ACQUIRE, &a) != 0 || a.epoch != 1) return 1;
+              // Bound by the acquisition: this process writes with token 1.
+              if (E(mkdir(m.path("by1").c_str(), 0755))) return 2;
+              a = fencefs_acquire{};
+              a.epoch = 1;  // equal: never a second owner of one epoch
+              if (ioctl(dir, FENCEFS_IOC_ACQUIRE, &a) == 0 || errno != ESTALE) return 3;
+              a = fencefs_acquire{};
+              a.reserved = 1;
+              if (ioctl(dir, FENCEFS_IOC_ACQUIRE, &a) == 0 || errno != EINVAL) return 4;
+              return 0;
+            }));
+  ASSERT_EQ(0, in_child([&] {  // a fresh process binds by ioctl
+              int dir = open(m.mnt().c_str(), O_RDONLY | O_DIRECTORY);
+              fencefs_token t{};
+              t.epoch = 1;
+              if (ioctl(dir, FENCEFS_IOC_BIND, &t) != 0) return 1;
+              return E(mkdir(m.path("bound").c_str(), 0755));
+            }));
+  EXPECT_EQ(0, in_child([&] {  // neither is open to a non-issuer
+              int dir = open(m.mnt().c_str(), O_RDONLY | O_DIRECTORY);
+              if (setgid(65534) != 0 || setuid(65534) != 0) return 1;
+              fencefs_acquire a{};
+              if (ioctl(dir, FENCEFS_IOC_ACQUIRE, &a) == 0 || errno != EACCES) return 2;
+              fencefs_token t{};
+              t.epoch = 1;
+              if (ioctl(dir, FENCEFS_IOC_BIND, &t) == 0 || errno != EACCES) return 3;
+              return 0;
+            }));
+  EXPECT_EQ("1", xattr(m.mnt(), "user.fencefs.epoch"));
 }
 
 TEST(ExitCodes, EachFailureHasItsOwnCode) {
