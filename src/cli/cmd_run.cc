@@ -14,6 +14,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <iostream>
 #include <mutex>
@@ -476,20 +477,29 @@ int cmd_lease(const Args& args) {
     return lock_service_exit(s);
   }
   if (verb == "keepalive") {
-    for (;;) {
-      int64_t ttl = 0;
-      etcd::Status s = svc.keepalive(lease, &ttl);
-      if (!s.ok()) {
-        fail(fmt::format("lease keepalive: {}", s.message));
-        return s.code == etcd::Status::kNotFound ? ec::kLeaseLost : ec::kLockService;
-      }
-      if (o.once) {
-        std::cout << "ttl " << ttl << "\n";
-        return 0;
-      }
-      std::this_thread::sleep_for(
-          std::chrono::milliseconds(std::max<int64_t>(ttl * 1000 / 3, 100)));
+    int64_t ttl = 0;
+    etcd::Status s = svc.keepalive(lease, &ttl);
+    if (!s.ok()) {
+      fail(fmt::format("lease keepalive: {}", s.message));
+      return s.code == etcd::Status::kNotFound ? ec::kLeaseLost : ec::kLockService;
     }
+    if (o.once) {
+      std::cout << "ttl " << ttl << "\n";
+      return 0;
+    }
+    // Until etcd says the lease is gone, or no keepalive succeeded for a whole TTL.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string why;
+    etcd::KeepAlive ka(svc, lease, ttl, [&](std::string w) {
+      std::lock_guard lk(mu);
+      why = std::move(w);
+      cv.notify_all();
+    });
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return !why.empty(); });
+    fail("lease keepalive: lease lost: " + why);
+    return ec::kLeaseLost;
   }
   usage_error("lease: expected acquire, keepalive or release");
 }

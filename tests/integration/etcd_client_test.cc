@@ -221,6 +221,21 @@ TEST(EtcdCluster, FailoverAcrossEndpointsAndLeaderLoss) {
   EXPECT_TRUE(e.wait_healthy(10000));
 }
 
+TEST(EtcdCluster, AHungFirstEndpointIsSkipped) {
+  Etcd e(3);
+  etcd::Options o = opts(e.endpoints());
+  o.request_timeout = Millis(4000);
+  etcd::Client c(o);
+  ASSERT_TRUE(c.put("k", "v").ok());
+  e.pause(0);  // accepts connections (the kernel does) but never answers
+  std::optional<etcd::KeyValue> kv;
+  etcd::Status s = c.get("k", &kv);
+  e.resume(0);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(kv);
+  EXPECT_EQ("v", kv->value);
+}
+
 TEST(EtcdFixture, SnapshotSaveAndRestoreRollsTheStoreBack) {
   Etcd e;
   etcd::Client c(opts(e.endpoints()));

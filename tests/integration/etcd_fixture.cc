@@ -186,10 +186,21 @@ void Etcd::kill(int i) {
   m.pid = -1;
 }
 
+void Etcd::pause(int i) {
+  if (members_[static_cast<size_t>(i)].pid > 0)
+    ::kill(members_[static_cast<size_t>(i)].pid, SIGSTOP);
+}
+
+void Etcd::resume(int i) {
+  if (members_[static_cast<size_t>(i)].pid > 0)
+    ::kill(members_[static_cast<size_t>(i)].pid, SIGCONT);
+}
+
 void Etcd::stop(int i) {
   Member& m = members_[static_cast<size_t>(i)];
   if (m.pid <= 0) return;
   ::kill(m.pid, SIGTERM);
+  ::kill(m.pid, SIGCONT);
   if (!reap(m.pid, 5000)) {
     ::kill(m.pid, SIGKILL);
     reap(m.pid, 5000);

@@ -27,6 +27,9 @@ class Etcd {
   void stop(int i);  // SIGTERM, waits
   bool start(int i);
   bool running(int i) const;
+  // SIGSTOP / SIGCONT one member: it stops answering without closing its connections.
+  void pause(int i);
+  void resume(int i);
   void stop_all();
   // Waits until some member reports a leader; true when one does within timeout_ms.
   bool wait_healthy(int timeout_ms = 10000) const;

@@ -333,7 +333,12 @@ TEST(EtcdLease, ScriptCommandsAcquireKeepaliveRelease) {
   EXPECT_EQ(0, sh(ka + " --once >/dev/null"));
   // Held: another acquisition times out.
   EXPECT_EQ(kLockTimeout, sh(base + " --wait 1 >/dev/null 2>&1"));
+  // A running keepalive keeps it past its TTL and reports its loss when it is released.
+  pid_t keeper = spawn("exec " + ka + " 2>/dev/null");
+  std::this_thread::sleep_for(std::chrono::milliseconds(4000));
+  EXPECT_EQ(0, sh(ka + " --once >/dev/null")) << "the lease expired although kept alive";
   EXPECT_EQ(0, sh(kCtl + " lease release --etcd " + e.endpoints() + " --lease " + lease));
+  EXPECT_EQ(kLeaseLost, wait_status(keeper));
   EXPECT_EQ(kLeaseLost, sh(ka + " --once 2>/dev/null"));
   out = sh_out(base + " --wait 5", &st);
   ASSERT_EQ(0, st) << out;
