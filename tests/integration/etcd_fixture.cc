@@ -70,7 +70,7 @@ int free_port() {
   return port;
 }
 
-Etcd::Etcd(int members) {
+Etcd::Etcd(int members, bool tls) : tls_(tls) {
   char tmpl[] = "/tmp/fencefs-etcd-XXXXXX";
   char* d = mkdtemp(tmpl);
   if (!d) {
@@ -78,6 +78,10 @@ Etcd::Etcd(int members) {
     return;
   }
   dir_ = d;
+  if (tls_ && !make_certs()) {
+    ADD_FAILURE() << "could not make TLS certificates with openssl";
+    return;
+  }
   std::set<int> used;
   for (int i = 0; i < members; i++) {
     Member m;
@@ -113,7 +117,31 @@ std::string Etcd::initial_cluster() const {
 }
 
 std::string Etcd::endpoint(int i) const {
-  return fmt::format("http://127.0.0.1:{}", members_[static_cast<size_t>(i)].client_port);
+  return fmt::format("{}://127.0.0.1:{}", tls_ ? "https" : "http",
+                     members_[static_cast<size_t>(i)].client_port);
+}
+
+std::string Etcd::tls_flags() const {
+  if (!tls_) return "";
+  return "--cacert '" + cacert() + "' --cert '" + client_cert() + "' --key '" + client_key() + "'";
+}
+
+bool Etcd::make_certs() {
+  // A throwaway CA, a server certificate for 127.0.0.1 and a client certificate (EC P-256).
+  const std::string key = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::string cmd = fmt::format(
+      "cd '{0}' && "
+      "openssl req -x509 {1} -keyout ca.key -out ca.crt -days 2 -subj /CN=fencefs-test-ca && "
+      "printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > srv.ext "
+      "&& printf 'extendedKeyUsage=clientAuth\n' > cli.ext && "
+      "openssl req {1} -keyout server.key -out server.csr -subj /CN=127.0.0.1 && "
+      "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile srv.ext -out server.crt && "
+      "openssl req {1} -keyout client.key -out client.csr -subj /CN=fencectl && "
+      "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 "
+      "-extfile cli.ext -out client.crt",
+      dir_, key);
+  return sh("(" + cmd + ") >/dev/null 2>&1") == 0;
 }
 
 std::string Etcd::endpoints() const {
@@ -153,6 +181,13 @@ bool Etcd::start(int i) {
       "--log-level",
       "warn",
   };
+  if (tls_) {
+    for (const std::string& a :
+         {std::string("--cert-file"), dir_ + "/server.crt", std::string("--key-file"),
+          dir_ + "/server.key", std::string("--trusted-ca-file"), dir_ + "/ca.crt",
+          std::string("--client-cert-auth")})
+      args.push_back(a);
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid == 0) {
@@ -215,6 +250,9 @@ void Etcd::stop_all() {
 
 bool Etcd::wait_healthy(int timeout_ms) const {
   etcd::Options o;
+  o.cacert = cacert();
+  o.cert = client_cert();
+  o.key = client_key();
   for (int i = 0; i < size(); i++)
     if (members_[static_cast<size_t>(i)].pid > 0) o.endpoints.push_back(endpoint(i));
   if (o.endpoints.empty()) return false;
@@ -234,6 +272,9 @@ int Etcd::leader() const {
   for (int i = 0; i < size(); i++) {
     if (members_[static_cast<size_t>(i)].pid <= 0) continue;
     etcd::Options o;
+    o.cacert = cacert();
+    o.cert = client_cert();
+    o.key = client_key();
     o.endpoints = {endpoint(i)};
     o.request_timeout = std::chrono::milliseconds(1000);
     etcd::Client c(o);
@@ -241,7 +282,7 @@ int Etcd::leader() const {
     uint64_t me = 0, lead = 0;
     if (!c.status(&ep, &me, &lead).ok() || !lead) continue;
     for (int j = 0; j < size(); j++) {
-      etcd::Options oj;
+      etcd::Options oj = o;
       oj.endpoints = {endpoint(j)};
       oj.request_timeout = std::chrono::milliseconds(1000);
       etcd::Client cj(oj);
@@ -255,7 +296,8 @@ int Etcd::leader() const {
 
 std::string Etcd::etcdctl(const std::string& args, int* status, int i) const {
   std::string eps = i >= 0 ? endpoint(i) : endpoints();
-  return sh_out("ETCDCTL_API=3 etcdctl --endpoints=" + eps + " " + args, status);
+  return sh_out("ETCDCTL_API=3 etcdctl --endpoints=" + eps + " " + tls_flags() + " " + args,
+                status);
 }
 
 bool Etcd::snapshot_save(const std::string& path) const {

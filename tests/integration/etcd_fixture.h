@@ -11,7 +11,8 @@ namespace fencefs::testing {
 class Etcd {
  public:
   // Starts `members` members and waits until the cluster has a leader (fails the test if not).
-  explicit Etcd(int members = 1);
+  // With tls, clients must speak TLS and present a certificate signed by cacert().
+  explicit Etcd(int members = 1, bool tls = false);
   ~Etcd();
   Etcd(const Etcd&) = delete;
   Etcd& operator=(const Etcd&) = delete;
@@ -21,6 +22,13 @@ class Etcd {
   std::string endpoints() const;
   std::string endpoint(int i) const;
   const std::string& dir() const { return dir_; }
+  bool tls() const { return tls_; }
+  // TLS material (empty without tls): the CA, and a client certificate and key it signed.
+  std::string cacert() const { return tls_ ? dir_ + "/ca.crt" : ""; }
+  std::string client_cert() const { return tls_ ? dir_ + "/client.crt" : ""; }
+  std::string client_key() const { return tls_ ? dir_ + "/client.key" : ""; }
+  // "--cacert F --cert F --key F" for fencectl and etcdctl ("" without tls).
+  std::string tls_flags() const;
 
   // Stops one member (SIGKILL, like a crash) or all; starts it again on the same data.
   void kill(int i);
@@ -52,7 +60,9 @@ class Etcd {
     bool initial = true;
   };
   std::string initial_cluster() const;
+  bool make_certs();
   std::string dir_;
+  bool tls_ = false;
   std::vector<Member> members_;
 };
 

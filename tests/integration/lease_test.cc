@@ -346,6 +346,21 @@ TEST(EtcdLease, ScriptCommandsAcquireKeepaliveRelease) {
   EXPECT_EQ("2", xattr(m.mnt(), "user.fencefs.epoch"));
 }
 
+TEST(EtcdRun, TlsWithClientCertificates) {
+  Mount m;
+  Etcd e(1, true);
+  Scratch s;
+  std::string base = kCtl + " run --mount '" + m.mnt() + "' --domain / --etcd " + e.endpoints() +
+                     " --lock t --ttl 3 ";
+  // Without the client certificate etcd refuses the connection: nothing runs.
+  EXPECT_EQ(kLockService,
+            sh(base + "--cacert '" + e.cacert() + "' -- touch " + s.p("ran") + " 2>/dev/null"));
+  EXPECT_FALSE(exists(s.p("ran")));
+  EXPECT_EQ(0, sh(base + e.tls_flags() + " -- sh -c 'echo $FENCEFS_TOKEN > " + s.p("tok") + "'"));
+  EXPECT_EQ("1", trim(slurp(s.p("tok"))));
+  EXPECT_EQ("1\n", e.etcdctl("get --print-value-only fencefs/token/t"));
+}
+
 TEST(EtcdCluster, LeaderKilledWhileHeldNeverTwoOwners) {
   Mount m;
   Etcd e(3);
