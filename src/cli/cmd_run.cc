@@ -299,9 +299,19 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
   int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return ec::kFailed;
+  // CMD gets its own process group (so the whole job can be stopped on lease loss); when we own
+  // the terminal, CMD gets it, so an interactive CMD can read it.
+  bool foreground = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  auto give_terminal = [&](pid_t to) {
+    if (!foreground) return;
+    sighandler_t prev = signal(SIGTTOU, SIG_IGN);
+    tcsetpgrp(STDIN_FILENO, to);
+    signal(SIGTTOU, prev);
+  };
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    give_terminal(getpid());
     sigprocmask(SIG_SETMASK, &old, nullptr);
     int err = user.become();
     if (!err) {
@@ -349,6 +359,7 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
     }
   }
   kill(-pid, SIGKILL);  // stragglers of the group never outlive the lease
+  give_terminal(getpgrp());
   ka.stop();
   svc.release(g);
   close(pidfd);
