@@ -3,6 +3,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -213,7 +214,8 @@ struct Client::Impl {
   // With on_message the response is a stream; `timeout_is_wait` says a deadline reached while
   // connected is the call's own timeout (kTimeout), not an unreachable cluster.
   Status call(const Options& o, const std::string& path, const json& body, Millis limit, json* out,
-              std::function<bool(const json&)> on_message = {}, bool timeout_is_wait = false) {
+              std::function<bool(const json&)> on_message = {}, bool timeout_is_wait = false,
+              const std::atomic<bool>* cancel = nullptr) {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
     if (o.endpoints.empty()) return {Status::kUnreachable, "no etcd endpoint given"};
@@ -254,10 +256,24 @@ struct Client::Impl {
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(attempt.count()));
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+        if (cancel) {
+          curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+          curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel);
+          curl_easy_setopt(
+              c, CURLOPT_XFERINFOFUNCTION,
+              +[](void* p, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+                return static_cast<const std::atomic<bool>*>(p)->load() ? 1 : 0;
+              });
+        }
         if (!o.cacert.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.cacert.c_str());
         if (!o.cert.empty()) curl_easy_setopt(c, CURLOPT_SSLCERT, o.cert.c_str());
         if (!o.key.empty()) curl_easy_setopt(c, CURLOPT_SSLKEY, o.key.c_str());
         CURLcode rc = curl_easy_perform(c);
+        if (cancel && cancel->load()) {
+          curl_slist_free_all(hdr);
+          curl_easy_cleanup(c);
+          return {Status::kNotFound, "canceled: the lease was lost"};
+        }
         long http = 0;
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
         long connected_port = 0;
@@ -355,11 +371,12 @@ Status Client::lease_revoke(int64_t id) {
                      opts_.request_timeout, nullptr);
 }
 
-Status Client::lock(const std::string& name, int64_t lease, Millis wait, std::string* key) {
+Status Client::lock(const std::string& name, int64_t lease, Millis wait, std::string* key,
+                    const std::atomic<bool>* cancel) {
   json r;
   Status s =
       impl_->call(opts_, "/v3/lock/lock", {{"name", b64(name)}, {"lease", std::to_string(lease)}},
-                  wait, &r, {}, true);
+                  wait, &r, {}, true, cancel);
   if (!s.ok()) return s;
   *key = unb64(str(r, "key"));
   if (key->empty()) return {Status::kError, "lock returned no key"};

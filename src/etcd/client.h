@@ -2,6 +2,7 @@
 // Every call fails over across the endpoint list: an endpoint that cannot be reached (or has no
 // leader) is skipped and the next one is tried until the call's deadline.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -97,8 +98,10 @@ class Client {
 
   // etcd's lock service: blocks until `name` is held under `lease` or `wait` passes (kTimeout;
   // the caller should revoke the lease, which withdraws the waiting key). *key is the lock's
-  // ownership key, which exists exactly as long as the lock is held.
-  Status lock(const std::string& name, int64_t lease, Millis wait, std::string* key);
+  // ownership key, which exists exactly as long as the lock is held. When *cancel turns true the
+  // wait ends with kNotFound (the lease was lost meanwhile).
+  Status lock(const std::string& name, int64_t lease, Millis wait, std::string* key,
+              const std::atomic<bool>* cancel = nullptr);
   Status unlock(const std::string& key);
 
   // A single key; *kv is empty when absent. *revision is the store's revision.

@@ -22,16 +22,16 @@ Status EtcdLockService::acquire(const std::string& name, int64_t ttl_s, Millis w
   int64_t granted = 0;
   Status s = client_.lease_grant(ttl_s, &g->lease, &granted);
   if (!s.ok()) return s;
-  // The lease must outlive a long wait: keep it alive while the lock call blocks.
-  KeepAlive ka(*this, g->lease, granted > 0 ? granted : ttl_s, [](std::string) {});
-  s = client_.lock(lock_name(name), g->lease, wait, &g->key);
+  // The lease must outlive a long wait: keep it alive while the lock call blocks, and stop
+  // waiting if it is lost anyway.
+  std::atomic<bool> lost{false};
+  KeepAlive ka(*this, g->lease, granted > 0 ? granted : ttl_s, [&](std::string) { lost = true; });
+  s = client_.lock(lock_name(name), g->lease, wait, &g->key, &lost);
   ka.stop();
+  if (s.ok() && lost) s = {Status::kNotFound, "lease lost while waiting for the lock"};
   if (!s.ok()) {
     client_.lease_revoke(g->lease);  // withdraws a waiting key
     g->lease = 0;
-    if (ka.lost() && s.code == Status::kTimeout)
-      return {Status::kNotFound, "lease lost while waiting"};
-    return s;
   }
   return s;
 }

@@ -165,6 +165,35 @@ TEST(LockService, ExclusiveLockDenseCounterAndRelease) {
   ASSERT_TRUE(b.release(gb).ok());
 }
 
+TEST(LockService, AWaiterWhoseLeaseIsLostStopsWaiting) {
+  Etcd e;
+  etcd::EtcdLockService a(opts(e.endpoints())), b(opts(e.endpoints()));
+  etcd::Grant ga, gb;
+  ASSERT_TRUE(a.acquire("w", 10, Millis(2000), &ga).ok());
+  etcd::Status sb;
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    sb = b.acquire("w", 3, Millis(60000), &gb);
+    done = true;
+  });
+  // Find B's lease (the one that is not A's) and revoke it behind B's back.
+  int64_t blease = 0;
+  for (int k = 0; k < 100 && !blease; k++) {
+    std::vector<etcd::KeyValue> kvs;
+    ASSERT_TRUE(a.client().get_prefix(a.lock_name("w") + "/", &kvs).ok());
+    for (const auto& kv : kvs)
+      if (kv.lease != ga.lease) blease = kv.lease;
+    if (!blease) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_NE(0, blease);
+  ASSERT_TRUE(a.client().lease_revoke(blease).ok());
+  for (int k = 0; k < 100 && !done; k++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(done.load()) << "still waiting on a lost lease";
+  t.join();
+  EXPECT_EQ(etcd::Status::kNotFound, sb.code) << sb.message;
+  EXPECT_TRUE(a.next_token("w", &ga).ok()) << "A still holds the lock";
+}
+
 TEST(LockService, KeepAliveHoldsALeaseAndReportsItsLoss) {
   Etcd e;
   etcd::EtcdLockService svc(opts(e.endpoints()));
