@@ -67,7 +67,14 @@ TEST(CtlFreeze, StalledControlFileWriterDoesNotBlockCoordinators) {
     stuck.clear();
   };
   ASSERT_EQ(1, write(go[1], "g", 1));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Wait until the hostile writer sits in write(2) (syscall 1), stuck on the bait's page fault.
+  auto in_write = [&] {
+    std::string sc = slurp("/proc/" + std::to_string(hostile) + "/syscall");
+    return sc.rfind("1 ", 0) == 0;
+  };
+  for (int t = 0; t < 10000 && !in_write(); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(in_write()) << "the hostile writer never got stuck in write(2)";
 
   // The stall is real: a shell writing a command to the control file is stuck behind it.
   pid_t left = -1;
