@@ -72,6 +72,18 @@ struct Opts {
   double ttl = 10, wait = -1, grace = 10;
 };
 
+// run and lease report a bad command line with the table's usage code (CMD's codes stay CMD's).
+[[noreturn]] void bad_usage(const std::string& msg) {
+  std::cerr << "fencectl: " << msg << "\n(see fencectl run --help, fencectl lease --help)\n";
+  exit(ec::kUsage);
+}
+
+bool opt(const Args& args, size_t* i, const char* name, std::string* value) {
+  const std::string& a = args[*i];
+  if (a == name && *i + 1 >= args.size()) bad_usage(std::string(name) + " needs a value");
+  return take_opt(args, i, name, value);
+}
+
 bool parse_seconds(const std::string& s, double* out) {
   try {
     size_t used = 0;
@@ -90,23 +102,23 @@ size_t parse(const Args& args, Opts* o, const char* what, const char* usage) {
   for (; i < args.size(); i++) {
     if (args[i] == "--") return i + 1;
     std::string v;
-    if (take_opt(args, &i, "--mount", &o->mount) || take_opt(args, &i, "--domain", &o->domain) ||
-        take_opt(args, &i, "--token", &o->token) || take_opt(args, &i, "--user", &o->user) ||
-        take_opt(args, &i, "--etcd", &o->etcd) || take_opt(args, &i, "--lock", &o->lock) ||
-        take_opt(args, &i, "--cacert", &o->cacert) || take_opt(args, &i, "--cert", &o->cert) ||
-        take_opt(args, &i, "--key", &o->key) || take_opt(args, &i, "--lease", &o->lease))
+    if (opt(args, &i, "--mount", &o->mount) || opt(args, &i, "--domain", &o->domain) ||
+        opt(args, &i, "--token", &o->token) || opt(args, &i, "--user", &o->user) ||
+        opt(args, &i, "--etcd", &o->etcd) || opt(args, &i, "--lock", &o->lock) ||
+        opt(args, &i, "--cacert", &o->cacert) || opt(args, &i, "--cert", &o->cert) ||
+        opt(args, &i, "--key", &o->key) || opt(args, &i, "--lease", &o->lease))
       continue;
-    if (take_opt(args, &i, "--ttl", &v)) {
+    if (opt(args, &i, "--ttl", &v)) {
       if (!parse_seconds(v, &o->ttl) || o->ttl < 1)
-        usage_error(std::string(what) + ": --ttl needs whole seconds >= 1");
+        bad_usage(std::string(what) + ": --ttl needs whole seconds >= 1");
       continue;
     }
-    if (take_opt(args, &i, "--wait", &v)) {
-      if (!parse_seconds(v, &o->wait)) usage_error(std::string(what) + ": bad --wait " + v);
+    if (opt(args, &i, "--wait", &v)) {
+      if (!parse_seconds(v, &o->wait)) bad_usage(std::string(what) + ": bad --wait " + v);
       continue;
     }
-    if (take_opt(args, &i, "--grace", &v)) {
-      if (!parse_seconds(v, &o->grace)) usage_error(std::string(what) + ": bad --grace " + v);
+    if (opt(args, &i, "--grace", &v)) {
+      if (!parse_seconds(v, &o->grace)) bad_usage(std::string(what) + ": bad --grace " + v);
       continue;
     }
     if (args[i] == "--acquire" || args[i] == "--resync" || args[i] == "--once") {
@@ -117,7 +129,7 @@ size_t parse(const Args& args, Opts* o, const char* what, const char* usage) {
       std::cout << usage;
       exit(0);
     }
-    if (args[i].rfind("--", 0) == 0) usage_error(std::string(what) + ": unknown option " + args[i]);
+    if (args[i].rfind("--", 0) == 0) bad_usage(std::string(what) + ": unknown option " + args[i]);
     return i;
   }
   return i;
@@ -373,7 +385,7 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
 }
 
 int need_root(const Opts& o, std::string* root) {
-  if (o.mount.empty()) usage_error("--mount M is required");
+  if (o.mount.empty()) bad_usage("--mount M is required");
   *root = find_mount(o.mount);
   if (root->empty()) {
     fail(o.mount + " is not a fencefs mount (no .fencefs/ctl; is the daemon running?)");
@@ -387,11 +399,11 @@ int need_root(const Opts& o, std::string* root) {
 int cmd_run(const Args& args) {
   Opts o;
   size_t cmd = parse(args, &o, "run", kRunUsage);
-  if (cmd >= args.size()) usage_error("run: no command given (… -- CMD [ARGS...])");
-  if (o.domain.empty()) usage_error("run: --domain D is required");
+  if (cmd >= args.size()) bad_usage("run: no command given (… -- CMD [ARGS...])");
+  if (o.domain.empty()) bad_usage("run: --domain D is required");
   int modes = !o.token.empty() + o.acquire + !o.etcd.empty();
-  if (modes != 1) usage_error("run: give exactly one of --token T, --acquire, --etcd E --lock N");
-  if (!o.etcd.empty() && o.lock.empty()) usage_error("run: --etcd needs --lock NAME");
+  if (modes != 1) bad_usage("run: give exactly one of --token T, --acquire, --etcd E --lock N");
+  if (!o.etcd.empty() && o.lock.empty()) bad_usage("run: --etcd needs --lock NAME");
   if (!o.token.empty() && !fence::parse_token_text(o.token)) {
     fail("run: malformed token '" + o.token + "' (a decimal 1..9223372036854775807, or EPOCH.SIG)");
     return ec::kMalformed;
@@ -454,14 +466,14 @@ int cmd_lease(const Args& args) {
   Opts o;
   Args rest(args.begin() + 1, args.end());
   size_t end = parse(rest, &o, "lease", kLeaseUsage);
-  if (end < rest.size()) usage_error("lease: unexpected argument " + rest[end]);
-  if (o.etcd.empty()) usage_error("lease: --etcd ENDPOINTS is required");
+  if (end < rest.size()) bad_usage("lease: unexpected argument " + rest[end]);
+  if (o.etcd.empty()) bad_usage("lease: --etcd ENDPOINTS is required");
   etcd::EtcdLockService svc(etcd_options(o));
   if (verb == "acquire") {
-    if (o.lock.empty()) usage_error("lease acquire: --lock NAME is required");
+    if (o.lock.empty()) bad_usage("lease acquire: --lock NAME is required");
     DomainHandle dh;
     if (!o.mount.empty()) {
-      if (o.domain.empty()) usage_error("lease acquire: --mount needs --domain D");
+      if (o.domain.empty()) bad_usage("lease acquire: --mount needs --domain D");
       std::string root, why;
       if (int code = need_root(o, &root)) return code;
       if (int code = dh.open(root, o.domain, &why)) {
@@ -478,8 +490,7 @@ int cmd_lease(const Args& args) {
   int64_t lease = 0;
   auto r = std::from_chars(o.lease.data(), o.lease.data() + o.lease.size(), lease);
   if (o.lease.empty() || r.ec != std::errc() || r.ptr != o.lease.data() + o.lease.size())
-    usage_error("lease " + verb +
-                ": --lease ID (decimal, as printed by lease acquire) is required");
+    bad_usage("lease " + verb + ": --lease ID (decimal, as printed by lease acquire) is required");
   if (verb == "release") {
     etcd::Grant g;
     g.lease = lease;
@@ -512,7 +523,7 @@ int cmd_lease(const Args& args) {
     fail("lease keepalive: lease lost: " + why);
     return ec::kLeaseLost;
   }
-  usage_error("lease: expected acquire, keepalive or release");
+  bad_usage("lease: expected acquire, keepalive or release");
 }
 
 }  // namespace fencefs::cli

@@ -19,7 +19,7 @@ namespace {
 const std::string kCtl = FENCECTL_BIN;
 
 // fencectl's exit codes (src/cli/exit_codes.h), spelled out: a test of the documented values.
-constexpr int kStale = 201, kTooFar = 202, kUnauthorised = 203, kMalformed = 204,
+constexpr int kUsage = 200, kStale = 201, kTooFar = 202, kUnauthorised = 203, kMalformed = 204,
               kUnreachable = 205, kJournalIo = 206, kLockTimeout = 207, kLeaseLost = 208,
               kIssuerBehind = 209, kLockService = 211, kExecFailed = 212;
 
@@ -161,6 +161,7 @@ TEST(ExitCodes, EachFailureHasItsOwnCode) {
             sh(kCtl + " run --mount '" + m.mnt() + "' --domain /none --acquire" + touch));
   EXPECT_EQ(kUnauthorised, sh("su nobody -s /bin/sh -c \"" + run + "--acquire" + touch + "\""));
   EXPECT_EQ(kUnreachable, sh(kCtl + " run --mount " + s.dir + " --domain / --acquire" + touch));
+  EXPECT_EQ(kUsage, sh(run + "--token 9 --acquire" + touch));  // one way to get a token, not two
   EXPECT_FALSE(exists(marker)) << "CMD ran although fencectl failed";
   EXPECT_EQ(kExecFailed, sh(run + "--acquire -- " + s.p("no-such-program") + " 2>/dev/null"));
   EXPECT_EQ("6", xattr(m.mnt(), "user.fencefs.epoch"));  // 5, then the exec-failed acquisition
