@@ -46,7 +46,7 @@ int DomainHandle::open(const std::string& root, const std::string& domain, std::
   std::string path = root == "/" ? domain : (domain == "/" ? root : root + domain);
   fd_ = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd_ < 0) {
-    int err = errno;
+    int err = open_errno_ = errno;
     *why = fmt::format("cannot open domain {} ({}): {}", domain, path, strerror(err));
     return err == ENOTCONN || err == EIO ? exit_code::kUnreachable : exit_code::kMalformed;
   }

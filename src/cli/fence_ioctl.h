@@ -18,6 +18,7 @@ class DomainHandle {
   // 0, or an exit code (kMalformed: not a domain; kUnreachable: the daemon is gone) with *why.
   int open(const std::string& root, const std::string& domain, std::string* why);
   int fd() const { return fd_; }
+  int open_errno() const { return open_errno_; }  // why open() failed, when it did
   const std::string& domain() const { return domain_; }
   // The domain's current epoch (user.fencefs.epoch); false when it cannot be read.
   bool epoch(uint64_t* out) const;
@@ -30,6 +31,7 @@ class DomainHandle {
 
  private:
   int fd_ = -1;
+  int open_errno_ = 0;
   std::string domain_;
 };
 

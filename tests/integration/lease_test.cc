@@ -144,6 +144,25 @@ TEST(Ioctl, AcquireAndBindOnTheDomainsDirectory) {
   EXPECT_EQ("1", xattr(m.mnt(), "user.fencefs.epoch"));
 }
 
+TEST(Run, SignedTokenWithoutReadPermissionOnTheDomainBindsViaTheControlFile) {
+  Scratch s;
+  std::string key = s.p("key");
+  spit(key, "0123456789abcdef0123456789abcdef");
+  chmod(key.c_str(), 0600);
+  chmod(s.dir.c_str(), 0755);
+  Mount m({"-o", "token_key=" + key}, [](const std::string& b) {
+    mkdir((b + "/d").c_str(), 0733);  // others may enter and create, not list
+    chmod((b + "/d").c_str(), 0733);
+  });
+  ASSERT_EQ(0, sh(kCtl + " domain add '" + m.path("d") + "' >/dev/null"));
+  std::string tok = trim(sh_out(kCtl + " sign --key '" + key + "' --domain /d --epoch 3"));
+  ASSERT_FALSE(tok.empty());
+  EXPECT_EQ(0, sh("su nobody -s /bin/sh -c \"" + kCtl + " run --mount '" + m.mnt() +
+                  "' --domain /d --token " + tok + " -- touch '" + m.path("d/x") + "'\""));
+  EXPECT_TRUE(exists(m.bpath("d/x")));
+  EXPECT_EQ("3", xattr(m.path("d"), "user.fencefs.epoch"));
+}
+
 TEST(ExitCodes, EachFailureHasItsOwnCode) {
   Mount m({"-o", "max_jump=10"});
   Scratch s;
