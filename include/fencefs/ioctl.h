@@ -34,7 +34,8 @@ struct fencefs_token {
  * .epoch = 0 the daemon issues epoch + 1 itself (the resource is the issuer). On success .epoch
  * holds the epoch acquired: every earlier holder is revoked. Issuers only.
  * Errors: ESTALE (.epoch not above the domain's epoch: the issuer is behind the resource),
- * ERANGE (beyond max_jump), EACCES, EINVAL, EIO. */
+ * ERANGE (beyond max_jump), EACCES, EINVAL, EIO (the journal), EUCLEAN (the state was rolled
+ * back: files carry a higher epoch than the domain's). */
 struct fencefs_acquire {
   __u64 epoch;    /* in: the token to acquire, or 0 to be issued one; out: the epoch acquired */
   __u32 flags;    /* FENCEFS_ACQUIRE_* */

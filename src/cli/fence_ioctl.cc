@@ -108,6 +108,8 @@ int exit_for_errno(int err) {
       return exit_code::kMalformed;
     case EIO:
       return exit_code::kJournalIo;
+    case EUCLEAN:
+      return exit_code::kRollback;
     case ENOTCONN:
     case ENOTTY:
     case ENODEV:
@@ -134,6 +136,10 @@ std::string explain_errno(int err) {
       return n +
              ": the daemon could not make the epoch durable, or detected a rollback "
              "(fencectl audit --decision refused)";
+    case EUCLEAN:
+      return n +
+             ": the resource's state was rolled back (restored from an older copy); see "
+             "`fencectl recover` and `fencectl audit --decision refused`";
     case ENOTCONN:
       return n + ": the fencefs daemon is gone";
     default:

@@ -264,9 +264,11 @@ int Fence::acquire(Domain& d, Epoch token, const char* op_name, const Caller& c,
   Epoch stamped = d.max_stamp.load();
   Epoch want = token ? token : epoch + 1;
   if (stamped > epoch && want < stamped) {
-    *why =
-        fmt::format("rollback detected: epoch {} was seen but the state says {}", stamped, epoch);
-    return refuse(d, Reason::Rollback, EIO, want, c, op, *why);
+    // Its own errno (not EIO), so that a coordinator can tell a rollback from a journal failure.
+    *why = fmt::format(
+        "rollback detected: epoch {} was seen but the state says {} (see `fencectl recover`)",
+        stamped, epoch);
+    return refuse(d, Reason::Rollback, EUCLEAN, want, c, op, *why);
   }
   if (token && token > epoch) {
     if (int err = check_jump(d, token, why))

@@ -21,7 +21,7 @@ const std::string kCtl = FENCECTL_BIN;
 // fencectl's exit codes (src/cli/exit_codes.h), spelled out: a test of the documented values.
 constexpr int kUsage = 200, kStale = 201, kTooFar = 202, kUnauthorised = 203, kMalformed = 204,
               kUnreachable = 205, kJournalIo = 206, kLockTimeout = 207, kLeaseLost = 208,
-              kIssuerBehind = 209, kLockService = 211, kExecFailed = 212;
+              kIssuerBehind = 209, kRollback = 210, kLockService = 211, kExecFailed = 212;
 
 // A scratch dir outside the mount for job scripts and their reports.
 struct Scratch {
@@ -199,6 +199,25 @@ TEST(ExitCodes, JournalFailureIsJournalIo) {
   sh("fiu-ctrl -c 'disable name=posix/io/sync/fdatasync' " + pid);
   sh("fiu-ctrl -c 'disable name=posix/io/sync/fsync' " + pid);
   EXPECT_EQ("0", xattr(m.mnt(), "user.fencefs.epoch"));
+}
+
+TEST(ExitCodes, RolledBackStateIsRollback) {
+  Mount m;
+  ASSERT_EQ(0, m.unmount());
+  std::string old_state = m.root() + "/old-state";
+  ASSERT_EQ(0, sh("cp -a '" + m.bpath(".fencefs") + "' '" + old_state + "'"));
+  ASSERT_TRUE(m.remount());
+  ASSERT_EQ(0, sh(kCtl + " run --mount '" + m.mnt() + "' --domain / --token 5 -- sh -c 'echo v > " +
+                  m.path("data") + "'"));
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "' && cp -a '" + old_state + "' '" +
+                  m.bpath(".fencefs") + "'"));
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  // epoch + 1 = 1 is below the epoch the data has seen: an acquisition would revoke nothing.
+  Scratch s;
+  EXPECT_EQ(kRollback, sh(kCtl + " run --mount '" + m.mnt() + "' --domain / --acquire -- touch " +
+                          s.p("ran") + " 2>/dev/null"));
+  EXPECT_FALSE(exists(s.p("ran")));
 }
 
 TEST(EtcdRun, UnreachableAtStartNeverStartsCmd) {
