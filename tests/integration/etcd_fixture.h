@@ -1,5 +1,7 @@
 // A real etcd (Debian's etcd-server) on free localhost ports in a temp dir: one member or a
-// cluster of several. Always stopped (and its dir removed) when the object goes away.
+// cluster of several. Always stopped (and its dir removed) when the object goes away; members
+// also die with the thread that started them (PR_SET_PDEATHSIG), so start them from the test's
+// thread, not from a short-lived helper thread.
 #pragma once
 #include <sys/types.h>
 
