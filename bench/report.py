@@ -39,6 +39,9 @@ ROWS = [
     ("recovery_lib", "journal", "recovery (StateStore::open), cold cache", "s", "lower", "recovery"),
     ("recovery_mount", "journal", "recovery (time to mount), cold cache", "s", "lower", "recovery"),
     ("recovery_mount_empty", "journal", "time to mount, fresh state (baseline)", "s", "lower", None),
+    ("tok_acquire", "journal", "token acquisitions, `fencectl run --acquire -- true`", "acq/s", "higher", None),
+    ("tok_etcd", "journal", "token acquisitions through etcd (lock, counter, advance, release)", "acq/s", "higher", None),
+    ("tok_lease_loss", "journal", "lease loss to the job's process group gone (TTL 3 s)", "s", "lower", None),
 ]
 
 TARGET_TEXT = {

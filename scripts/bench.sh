@@ -17,6 +17,7 @@
 #   BENCH_RSS_ROUNDS [1]          rounds of the RSS rows
 #   BENCH_ADVANCE_SECONDS [5]     seconds per advances/s measurement
 #   BENCH_JOURNAL_RECORDS [1000000]  records in the recovery journal
+#   BENCH_TOKEN_RUNS [200]        fencectl runs per token-acquisition measurement
 #   BENCH_TMPFS_SIZE [4G]         size of the tmpfs backing the overlay rows
 #   BENCH_DISK_DIR [/var/tmp]     where the journal rows put their state (the real disk)
 #   BENCH_OUT [bench/results]     report directory
@@ -44,6 +45,7 @@ BOUND_PROCS=${BENCH_BOUND_PROCS:-$(q 1000 20)}
 RSS_ROUNDS=${BENCH_RSS_ROUNDS:-1}
 ADV_SECS=${BENCH_ADVANCE_SECONDS:-$(q 5 1)}
 JOURNAL_RECORDS=${BENCH_JOURNAL_RECORDS:-$(q 1000000 10000)}
+TOKEN_RUNS=${BENCH_TOKEN_RUNS:-$(q 200 20)}
 TMPFS_SIZE=${BENCH_TMPFS_SIZE:-4G}
 DISK_DIR=${BENCH_DISK_DIR:-/var/tmp}
 OUT=${BENCH_OUT:-bench/results}
@@ -578,6 +580,21 @@ else
   fi
 fi
 
+# Token acquisition (scripts/bench_tokens.sh: its own mount and a local single-node etcd).
+if has fencefs; then
+  log "token rows: acquisitions/s through --acquire and etcd, lease-loss reaction"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    if timeout -k 10 "$TIMEOUT" scripts/bench_tokens.sh "$FENCEFS" "$FENCECTL" "$TOKEN_RUNS" \
+        >"$W/tok.out" 2>"$W/tok.err"; then
+      record tok_acquire fencefs "$r" "$(kv acquire_per_s "$W/tok.out")"
+      record tok_etcd fencefs "$r" "$(kv etcd_per_s "$W/tok.out")"
+      record tok_lease_loss fencefs "$r" "$(kv lease_loss_s "$W/tok.out")"
+    else
+      for k in tok_acquire tok_etcd tok_lease_loss; do note "$k" fencefs "round $r: $(tail -1 "$W/tok.err")"; done
+    fi
+  done
+fi
+
 # ---------------------------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------------------------
@@ -597,7 +614,7 @@ python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
   "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
-  "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "tmpfs_size=$TMPFS_SIZE" \
+  "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
   "setup=$SETUP_STATUS" "fencefs_binary=$FENCEFS"
 cp "$OUT/latest.md" "$OUT/$stamp.md"

@@ -10,6 +10,7 @@ PKGS=(
   libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev
   attr rsync sqlite3 tar fio fiu-utils libfiu-dev
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
+  libcurl4-openssl-dev etcd-server etcd-client
 )
 
 missing=()

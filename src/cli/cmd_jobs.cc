@@ -1,4 +1,4 @@
-// run, advance, sign, domain, status.
+// advance, sign, domain, status.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -14,6 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
+#include "cli/exit_codes.h"
+#include "cli/fence_ioctl.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "fence/token.h"
@@ -31,108 +33,12 @@ std::string need_mount(const std::string& m) {
   std::string root = find_mount(m);
   if (root.empty()) {
     fail(m + " is not a fencefs mount (no .fencefs/ctl)");
-    exit(1);
+    exit(exit_code::kUnreachable);
   }
   return root;
 }
 
-bool resolve_user(const std::string& spec, uid_t* uid, gid_t* gid, std::string* name) {
-  std::string u = spec, g;
-  size_t colon = spec.find(':');
-  if (colon != std::string::npos) {
-    u = spec.substr(0, colon);
-    g = spec.substr(colon + 1);
-  }
-  struct passwd* pw = getpwnam(u.c_str());
-  if (pw) {
-    *uid = pw->pw_uid;
-    *gid = pw->pw_gid;
-    *name = pw->pw_name;
-  } else {
-    uid_t v;
-    auto r = std::from_chars(u.data(), u.data() + u.size(), v);
-    if (r.ec != std::errc() || r.ptr != u.data() + u.size()) return false;
-    *uid = v;
-    *gid = v;
-    pw = getpwuid(v);
-    if (pw) {
-      *gid = pw->pw_gid;
-      *name = pw->pw_name;
-    }
-  }
-  if (!g.empty()) {
-    struct group* gr = getgrnam(g.c_str());
-    if (gr) {
-      *gid = gr->gr_gid;
-    } else {
-      gid_t v;
-      auto r = std::from_chars(g.data(), g.data() + g.size(), v);
-      if (r.ec != std::errc() || r.ptr != g.data() + g.size()) return false;
-      *gid = v;
-    }
-  }
-  return true;
-}
-
 }  // namespace
-
-int cmd_run(const Args& args) {
-  std::string mount, domain, token, user;
-  size_t i = 0;
-  for (; i < args.size(); i++) {
-    if (args[i] == "--") {
-      i++;
-      break;
-    }
-    if (take_opt(args, &i, "--mount", &mount) || take_opt(args, &i, "--domain", &domain) ||
-        take_opt(args, &i, "--token", &token) || take_opt(args, &i, "--user", &user))
-      continue;
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::cout << "usage: fencectl run --mount M --domain D --token T [--user U[:G]] -- CMD "
-                   "[ARGS...]\n";
-      return 0;
-    }
-    if (args[i].rfind("--", 0) == 0) usage_error("run: unknown option " + args[i]);
-    break;  // the command starts here
-  }
-  if (i >= args.size()) usage_error("run: no command given (… -- CMD [ARGS...])");
-  if (domain.empty()) usage_error("run: --domain D is required");
-  if (token.empty()) usage_error("run: --token T is required");
-  if (!fence::parse_token_text(token)) {
-    fail("run: malformed token '" + token + "' (a decimal 1..9223372036854775807, or EPOCH.SIG)");
-    return 125;
-  }
-  std::string root = need_mount(mount);
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string uname;
-  if (!user.empty() && !resolve_user(user, &uid, &gid, &uname)) {
-    fail("run: unknown user or group '" + user + "'");
-    return 125;
-  }
-  // Grandchildren orphaned by a double fork are reparented to us, so they stay bound.
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-  std::string reply;
-  int err = send_command(root, "bind " + domain + " " + token, &reply);
-  if (err) {
-    fail(fmt::format("run: bind {} {} refused: {} ({})", domain, token, errname(err), reply));
-    return 125;
-  }
-  if (!user.empty()) {
-    if ((!uname.empty() ? initgroups(uname.c_str(), gid) : setgroups(0, nullptr)) != 0 ||
-        setgid(gid) != 0 || setuid(uid) != 0) {
-      fail(fmt::format("run: cannot become {}: {}", user, common::errstr(errno)));
-      return 125;
-    }
-  }
-  std::vector<char*> argv;
-  for (size_t k = i; k < args.size(); k++) argv.push_back(const_cast<char*>(args[k].c_str()));
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
-  int e = errno;
-  fail(fmt::format("run: {}: {}", args[i], common::errstr(e)));
-  return e == ENOENT ? 127 : 126;
-}
 
 int cmd_advance(const Args& args) {
   std::string mount;
@@ -149,12 +55,29 @@ int cmd_advance(const Args& args) {
   }
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
   std::string root = need_mount(mount);
+  if (!fence::parse_token_text(pos[1])) {
+    fail("advance: malformed token '" + pos[1] + "'");
+    return exit_code::kMalformed;
+  }
+  int err;
   std::string reply;
-  std::string line = "advance " + pos[0] + " " + pos[1] + (force ? " force" : "");
-  int err = send_command(root, line, &reply);
+  if (force) {
+    // Rare and issuer-only: through the control file, which carries the force flag.
+    err = send_command(root, "advance " + pos[0] + " " + pos[1] + " force", &reply);
+  } else {
+    // An ioctl on the domain's directory: no lock shared with other writers of the control file.
+    DomainHandle dh;
+    if (int code = dh.open(root, pos[0], &reply)) {
+      fail("advance: " + reply);
+      return code;
+    }
+    err = dh.advance(pos[1]);
+    if (!err) reply = fmt::format("domain {} advanced to epoch {}", pos[0], pos[1]);
+  }
   if (err) {
-    fail(fmt::format("advance {} {} refused: {} ({})", pos[0], pos[1], errname(err), reply));
-    return 1;
+    fail(fmt::format("advance {} {} refused: {}{}", pos[0], pos[1], explain_errno(err),
+                     reply.empty() ? "" : " (" + reply + ")"));
+    return exit_for_errno(err);
   }
   std::cout << reply << "\n";
   return 0;

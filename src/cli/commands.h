@@ -15,6 +15,7 @@ int cmd_sign(const Args& args);
 int cmd_recover(const Args& args);
 int cmd_verify(const Args& args);
 int cmd_audit(const Args& args);
+int cmd_lease(const Args& args);
 
 // Shared helpers.
 [[noreturn]] void usage_error(const std::string& msg);  // prints, exits 2

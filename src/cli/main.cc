@@ -9,10 +9,16 @@ namespace fencefs::cli {
 const char* kUsage = R"(usage: fencectl COMMAND [ARGS...]
 
 Jobs:
-  run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
-        run CMD bound to token T for domain D of mount M; it and every descendant present T.
-        T may be a signed token EPOCH.SIGNATURE. With --user, bind as root, then drop to U.
-        Exit status: CMD's; 125 when the binding failed, 126/127 when CMD could not run.
+  run --mount M --domain D (--token T | --acquire | --etcd E --lock NAME) [--user U[:G]]
+      -- CMD [ARGS...]
+        run CMD bound to a token for domain D of mount M; it and every descendant present it
+        (exported as FENCEFS_TOKEN, FENCEFS_DOMAIN). --token T: a token you hold (or a signed
+        EPOCH.SIGNATURE). --acquire: the daemon issues epoch+1, revoking every earlier holder.
+        --etcd E --lock NAME [--ttl S] [--wait S] [--grace S] [--resync]: wait for etcd's lock,
+        draw the lock's next token, advance D to it, run CMD while the lease lives; on lease
+        loss CMD's process group gets SIGTERM, then SIGKILL after --grace. `run --help`.
+  lease acquire|keepalive|release --etcd E ...
+        the same steps as commands for scripts: `lease --help`.
 Coordinators:
   advance --mount M DOMAIN TOKEN [--force]
         raise DOMAIN's epoch to TOKEN now, durably: older tokens are refused from here on.
@@ -35,8 +41,14 @@ Operators:
         offline, when fencefs refuses to mount: salvage the valid prefix of a damaged journal,
         raise every domain to at least epoch N, write a fresh state. Audited.
 
-Errors print the errno name and the daemon's reason, e.g.
-  fencectl: advance / 3 refused: ESTALE (stale token 3 < epoch 5)
+Exit status: 0 success; `run` passes CMD's status through unchanged (0-199, and 128+signal).
+fencectl's own failures use a reserved range: 200 usage, 201 stale (lower than the epoch),
+202 too far (beyond max_jump), 203 unauthorised, 204 malformed or not a domain, 205 daemon not
+reachable, 206 journal I/O failure, 207 lock not acquired within --wait, 208 lease lost,
+209 issuer behind the resource, 210 rollback detected, 211 lock service unreachable or failed,
+212 CMD could not be started, 215 other. `verify` keeps 1 (findings) and 2 (could not check).
+Errors print the errno name and the reason, e.g.
+  fencectl: advance / 3 refused: ESTALE: lower than the domain's epoch
 )";
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -73,7 +85,7 @@ int main(int argc, char* argv[]) {
   std::string cmd = argv[1];
   Args args(argv + 2, argv + argc);
   for (auto& a : args)
-    if ((a == "--help" || a == "-h") && cmd != "run") {
+    if ((a == "--help" || a == "-h") && cmd != "run" && cmd != "lease") {
       std::cout << kUsage;
       return 0;
     }
@@ -85,5 +97,6 @@ int main(int argc, char* argv[]) {
   if (cmd == "recover") return cmd_recover(args);
   if (cmd == "verify") return cmd_verify(args);
   if (cmd == "audit") return cmd_audit(args);
+  if (cmd == "lease") return cmd_lease(args);
   usage_error("unknown command '" + cmd + "'");
 }

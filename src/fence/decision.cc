@@ -37,8 +37,7 @@ Decision decide(const Request& r) {
                       "'bind DOMAIN TOKEN' to .fencefs/ctl)");
       return refuse(v, EINVAL, Reason::Malformed, "no token");
     case Verdict::Stale:
-      // A bound or rebound token may be stale: the mutations presenting it are refused.
-      if (!mutation && !advance) break;
+      // A stale token is refused when it is bound, not only at the first write it would make.
       return refuse(v, ESTALE, Reason::Stale,
                     fmt::format("stale token {} < epoch {}", r.token, r.epoch));
     case Verdict::TooFar:

@@ -135,9 +135,15 @@ int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
   return dec.err;
 }
 
-int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
+int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired) {
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   Epoch before = d.epoch.load();
+  if (acquired) {
+    *acquired = before;
+    if (token == 0 && before >= kMaxToken) return ERANGE;
+    if (token == 0) token = before + 1;
+    if (token <= before) return ESTALE;
+  }
   if (before >= token) return 0;  // someone else advanced meanwhile; the caller re-judges
   if (store_.poisoned()) {
     int err = heal_journal(c);
@@ -146,6 +152,7 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
   int err = store_.advance(d.id, token);
   if (err) return err;
   d.epoch.store(token, std::memory_order_release);
+  if (acquired) *acquired = token;
   if (highwater_) highwater_->record(d.path, token);
   d.advances.fetch_add(1, std::memory_order_relaxed);
   d.last_advance_unix_ns = now_ns();
@@ -247,6 +254,46 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
     return refuse(c, s, std::move(dec));
   }
   *why = fmt::format("domain {} advanced to epoch {}", d.path, token);
+  return 0;
+}
+
+int Fence::acquire(Domain& d, Epoch token, const char* op_name, const Caller& c, Epoch* acquired,
+                   std::string* why) {
+  Op op{op_name, {}, {}};
+  auto refused = [&](Reason r, int err, Epoch t, const std::string& message) {
+    std::string tok = token_text(t);
+    return refuse(c, Subject{op_name, &d, {}, tok}, r, err, message);
+  };
+  Epoch epoch = d.epoch.load();
+  Epoch stamped = d.max_stamp.load();
+  Epoch want = token ? token : epoch + 1;
+  if (stamped > epoch && want < stamped) {
+    // Its own errno (not EIO), so that a coordinator can tell a rollback from a journal failure.
+    *why = fmt::format(
+        "rollback detected: epoch {} was seen but the state says {} (see `fencectl recover`)",
+        stamped, epoch);
+    return refused(Reason::Rollback, EUCLEAN, want, *why);
+  }
+  if (token && token > epoch) {
+    if (int err = check_jump(d, token, why)) return refused(Reason::TooFar, err, token, *why);
+  }
+  int err = raise(d, token, c, op, acquired);
+  if (err == ESTALE) {
+    *why = fmt::format(
+        "token {} is not above epoch {} of domain {}: the issuer is behind the resource "
+        "(restored from an older backup?)",
+        token, *acquired, d.path);
+    return refused(Reason::Stale, ESTALE, token, *why);
+  }
+  if (err == ERANGE) {
+    *why = fmt::format("domain {} is at the highest epoch", d.path);
+    return refused(Reason::TooFar, err, want, *why);
+  }
+  if (err) {
+    *why = fmt::format("could not make epoch {} durable: {}", want, common::errstr(err));
+    return refused(Reason::Io, err, want, *why);
+  }
+  *why = fmt::format("domain {} acquired at epoch {}", d.path, *acquired);
   return 0;
 }
 

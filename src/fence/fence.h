@@ -94,6 +94,11 @@ class Fence {
 
   // The coordinated step: raise d's epoch to `token` now. Equal is a no-op; lower is ESTALE.
   int advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why);
+  // Acquisition: makes `token` (0: the epoch + 1, issued here) d's epoch in one durable record,
+  // only if it is above the epoch (ESTALE otherwise: the issuer is behind the resource).
+  // *acquired is the epoch now held, or the epoch that refused it. op_name: "acquire", "resync".
+  int acquire(Domain& d, Epoch token, const char* op_name, const Caller& c, Epoch* acquired,
+              std::string* why);
   // Raise every domain to at least `floor` (recovery after a rollback). Audited.
   int apply_floor(Epoch floor, std::string* why);
 
@@ -131,7 +136,9 @@ class Fence {
   audit::Log* audit_log() const { return audit_; }
 
  private:
-  int raise(Domain& d, Epoch token, const Caller& c, const Op& op);
+  // With `acquired`, the raise is an acquisition (see acquire): token 0 is issued as epoch + 1
+  // under the exclusive lock, and a token not above the epoch is ESTALE.
+  int raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired = nullptr);
   int heal_journal(const Caller& c);
   audit::Event event_of(const Subject& s) const;
 

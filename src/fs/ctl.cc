@@ -293,6 +293,53 @@ int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size)
   return f.fence().advance(d, tt.epoch, false, c, &why);
 }
 
+int ctl_ioctl_bind(fuse_req_t req, Domain& d, const void* in, size_t in_size) {
+  Fs& f = fs(req);
+  fence::Caller c = f.caller(req);
+  fence::TokenText tt;
+  if (int err = authorized_ioctl_token(f, c, d, "bind", in, in_size, &tt)) return err;
+  std::string tok = token_str(tt);
+  if (auto dec = f.fence().decide(fence::RequestKind::Bind, d, tt.epoch); dec.refused())
+    return f.fence().refuse(c, {"bind", &d, d.path, tok}, std::move(dec));
+  if (int err = f.bindings().bind(c.pid, d.id, tt.epoch)) return err;
+  note_ctl(f, c, "bind", "bound", &d, d.path, tok,
+           fmt::format("bound pid {} to token {} for domain {} (epoch {}, ioctl)", c.pid, tt.epoch,
+                       d.path, d.epoch.load()));
+  return 0;
+}
+
+int ctl_ioctl_acquire(fuse_req_t req, Domain& d, const void* in, size_t in_size, void* out) {
+  Fs& f = fs(req);
+  fence::Caller c = f.caller(req);
+  fencefs_acquire a;
+  bool resync = false;
+  const char* op = "acquire";
+  if (in_size == sizeof a) {
+    memcpy(&a, in, sizeof a);
+    resync = a.flags & FENCEFS_ACQUIRE_RESYNC;
+    if (resync) op = "resync";
+  }
+  if (in_size != sizeof a || a.reserved ||
+      (a.flags & ~(FENCEFS_ACQUIRE_BIND | FENCEFS_ACQUIRE_RESYNC)) || a.epoch > fence::kMaxToken)
+    return refuse_ctl(f, c, op, fence::Reason::Malformed, &d, d.path, "", EINVAL,
+                      "malformed argument of the acquire ioctl");
+  std::string why;
+  if (!f.fence().is_issuer(c))
+    return refuse_ctl(f, c, op, fence::Reason::Unauthorised, &d, d.path,
+                      a.epoch ? std::to_string(a.epoch) : "", EACCES,
+                      fmt::format("uid {} is not in the issuer set", c.uid));
+  fence::Epoch got = 0;
+  if (int err = f.fence().acquire(d, a.epoch, op, c, &got, &why)) return err;
+  if (a.flags & FENCEFS_ACQUIRE_BIND) {
+    if (int err = f.bindings().bind(c.pid, d.id, got)) return err;
+    note_ctl(f, c, "bind", "bound", &d, d.path, std::to_string(got),
+             fmt::format("bound pid {} to acquired token {} for domain {}", c.pid, got, d.path));
+  }
+  a.epoch = got;
+  memcpy(out, &a, sizeof a);
+  return 0;
+}
+
 std::string Fs::render_status_json() {
   auto& store = fence_.store();
   journal::Stats js = store.stats();

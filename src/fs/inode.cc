@@ -482,7 +482,7 @@ void drop_resource_override() {
   if (syscall(SYS_capget, &hdr, data) != 0) return;
   data[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
   if (syscall(SYS_capset, &hdr, data) != 0)
-    log::warn("cannot drop CAP_SYS_RESOURCE: {}", strerror(errno));
+    log::warn("cannot drop CAP_SYS_RESOURCE: {}", common::errstr(errno));
 }
 
 }  // namespace fencefs::fs

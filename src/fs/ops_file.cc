@@ -379,6 +379,12 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_
     err = ctl_ioctl_advance(req, f.domain_of(i), in_buf, in_bufsz);
   } else if (cmd == FENCEFS_IOC_SET_TOKEN && S_ISREG(i.type)) {
     err = ctl_ioctl_set_token(req, *handle_of(fi), in_buf, in_bufsz);  // fi is a file's handle
+  } else if (cmd == FENCEFS_IOC_BIND) {
+    err = ctl_ioctl_bind(req, f.domain_of(i), in_buf, in_bufsz);
+  } else if (cmd == FENCEFS_IOC_ACQUIRE && out_bufsz == sizeof(fencefs_acquire)) {
+    fencefs_acquire out;
+    err = ctl_ioctl_acquire(req, f.domain_of(i), in_buf, in_bufsz, &out);
+    if (!err) return (void)fuse_reply_ioctl(req, 0, &out, sizeof out);
   }
   if (err) return (void)fuse_reply_err(req, err);
   fuse_reply_ioctl(req, 0, nullptr, 0);

@@ -1,0 +1,540 @@
+// run (bound to a given token, an acquired one, or one from a lock service) and lease.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/ctlfile.h"
+#include "cli/exit_codes.h"
+#include "cli/fence_ioctl.h"
+#include "common/error.h"
+#include "etcd/lock_service.h"
+#include "fence/token.h"
+
+namespace fencefs::cli {
+namespace {
+
+namespace ec = exit_code;
+
+const char* kRunUsage = R"(usage:
+  fencectl run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
+  fencectl run --mount M --domain D --acquire [--user U[:G]] -- CMD [ARGS...]
+  fencectl run --mount M --domain D --etcd ENDPOINTS --lock NAME [--ttl S] [--wait S]
+               [--grace S] [--resync] [--cacert F --cert F --key F] [--user U[:G]] -- CMD [ARGS...]
+
+Runs CMD bound to a token for domain D: CMD and every descendant present it, and see it in
+FENCEFS_TOKEN (and FENCEFS_DOMAIN).
+  --token T    a token you hold (decimal, or a signed EPOCH.SIGNATURE).
+  --acquire    the daemon issues epoch+1 and makes it D's epoch in one durable record: every
+               earlier holder of D is revoked before CMD starts (issuers only).
+  --etcd E --lock NAME
+               waits for etcd's lock NAME under a lease of --ttl seconds (default 10), draws the
+               next token of the lock's counter in etcd, advances D to it, and runs CMD in its own
+               process group while keeping the lease alive. When the lease is lost, CMD's group
+               gets SIGTERM, SIGKILL after --grace seconds (default 10), and run exits 208.
+               --wait S gives up after S seconds (default: wait forever). --resync moves the
+               counter above D's epoch when the issuer is behind (audited).
+Exit status: CMD's, unchanged; fencectl's own failures use 200-215 (see fencectl --help).
+)";
+
+const char* kLeaseUsage = R"(usage:
+  fencectl lease acquire --etcd E --lock NAME [--ttl S] [--wait S] [--mount M --domain D [--resync]]
+        take the lock, draw the next token, advance D to it (when --mount is given) and print
+        FENCEFS_TOKEN=, FENCEFS_LEASE= and FENCEFS_LOCK_KEY= lines for `eval`. Keep the lease
+        alive with `lease keepalive` for as long as the work runs.
+  fencectl lease keepalive --etcd E --lease ID [--once]
+        keep the lease alive until it is lost (exit 208), or one round trip with --once.
+  fencectl lease release --etcd E --lease ID
+        release the lock (revoke the lease).
+TLS: --cacert F --cert F --key F, as etcdctl.
+)";
+
+struct Opts {
+  std::string mount, domain, token, user;
+  bool acquire = false, resync = false, once = false;
+  std::string etcd, lock, cacert, cert, key, lease;
+  double ttl = 10, wait = -1, grace = 10;
+};
+
+// run and lease report a bad command line with the table's usage code (CMD's codes stay CMD's).
+[[noreturn]] void bad_usage(const std::string& msg) {
+  std::cerr << "fencectl: " << msg << "\n(see fencectl run --help, fencectl lease --help)\n";
+  exit(ec::kUsage);
+}
+
+bool opt(const Args& args, size_t* i, const char* name, std::string* value) {
+  const std::string& a = args[*i];
+  if (a == name && *i + 1 >= args.size()) bad_usage(std::string(name) + " needs a value");
+  return take_opt(args, i, name, value);
+}
+
+bool parse_seconds(const std::string& s, double* out) {
+  try {
+    size_t used = 0;
+    double v = std::stod(s, &used);
+    if (used != s.size() || v < 0) return false;
+    *out = v;
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+// Parses the options before "--" (or the first non-option); returns the index of CMD.
+size_t parse(const Args& args, Opts* o, const char* what, const char* usage) {
+  size_t i = 0;
+  for (; i < args.size(); i++) {
+    if (args[i] == "--") return i + 1;
+    std::string v;
+    if (opt(args, &i, "--mount", &o->mount) || opt(args, &i, "--domain", &o->domain) ||
+        opt(args, &i, "--token", &o->token) || opt(args, &i, "--user", &o->user) ||
+        opt(args, &i, "--etcd", &o->etcd) || opt(args, &i, "--lock", &o->lock) ||
+        opt(args, &i, "--cacert", &o->cacert) || opt(args, &i, "--cert", &o->cert) ||
+        opt(args, &i, "--key", &o->key) || opt(args, &i, "--lease", &o->lease))
+      continue;
+    if (opt(args, &i, "--ttl", &v)) {
+      if (!parse_seconds(v, &o->ttl) || o->ttl < 1)
+        bad_usage(std::string(what) + ": --ttl needs whole seconds >= 1");
+      continue;
+    }
+    if (opt(args, &i, "--wait", &v)) {
+      if (!parse_seconds(v, &o->wait)) bad_usage(std::string(what) + ": bad --wait " + v);
+      continue;
+    }
+    if (opt(args, &i, "--grace", &v)) {
+      if (!parse_seconds(v, &o->grace)) bad_usage(std::string(what) + ": bad --grace " + v);
+      continue;
+    }
+    if (args[i] == "--acquire" || args[i] == "--resync" || args[i] == "--once") {
+      (args[i] == "--acquire" ? o->acquire : args[i] == "--resync" ? o->resync : o->once) = true;
+      continue;
+    }
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::cout << usage;
+      exit(0);
+    }
+    if (args[i].rfind("--", 0) == 0) bad_usage(std::string(what) + ": unknown option " + args[i]);
+    return i;
+  }
+  return i;
+}
+
+bool resolve_user(const std::string& spec, uid_t* uid, gid_t* gid, std::string* name) {
+  std::string u = spec, g;
+  size_t colon = spec.find(':');
+  if (colon != std::string::npos) {
+    u = spec.substr(0, colon);
+    g = spec.substr(colon + 1);
+  }
+  struct passwd* pw = getpwnam(u.c_str());
+  if (pw) {
+    *uid = pw->pw_uid;
+    *gid = pw->pw_gid;
+    *name = pw->pw_name;
+  } else {
+    uid_t v;
+    auto r = std::from_chars(u.data(), u.data() + u.size(), v);
+    if (r.ec != std::errc() || r.ptr != u.data() + u.size()) return false;
+    *uid = v;
+    *gid = v;
+    pw = getpwuid(v);
+    if (pw) {
+      *gid = pw->pw_gid;
+      *name = pw->pw_name;
+    }
+  }
+  if (!g.empty()) {
+    struct group* gr = getgrnam(g.c_str());
+    if (gr) {
+      *gid = gr->gr_gid;
+    } else {
+      gid_t v;
+      auto r = std::from_chars(g.data(), g.data() + g.size(), v);
+      if (r.ec != std::errc() || r.ptr != g.data() + g.size()) return false;
+      *gid = v;
+    }
+  }
+  return true;
+}
+
+struct User {
+  bool set = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string name;
+  // 0 or errno.
+  int become() const {
+    if (!set) return 0;
+    if ((!name.empty() ? initgroups(name.c_str(), gid) : setgroups(0, nullptr)) != 0 ||
+        setgid(gid) != 0 || setuid(uid) != 0)
+      return errno;
+    return 0;
+  }
+};
+
+etcd::Options etcd_options(const Opts& o) {
+  etcd::Options e;
+  bool tls = !o.cacert.empty() || !o.cert.empty();
+  e.endpoints = etcd::parse_endpoints(o.etcd, tls);
+  e.cacert = o.cacert;
+  e.cert = o.cert;
+  e.key = o.key;
+  // A keepalive must be able to give up on one endpoint and try another within the TTL, and a
+  // call must outlast a leader election (one to two seconds).
+  auto half = std::chrono::milliseconds(static_cast<int64_t>(o.ttl * 1000 / 2));
+  e.request_timeout = std::clamp(half, etcd::Millis(3000), etcd::Millis(5000));
+  e.connect_timeout = std::min(e.request_timeout / 2, etcd::Millis(1000));
+  return e;
+}
+
+int lock_service_exit(const etcd::Status& s) {
+  switch (s.code) {
+    case etcd::Status::kOk:
+      return ec::kOk;
+    case etcd::Status::kTimeout:
+      return ec::kLockTimeout;
+    case etcd::Status::kNotFound:
+      return ec::kLeaseLost;
+    default:
+      return ec::kLockService;
+  }
+}
+
+// Takes the lock, draws the next token and, with a domain handle, acquires D at that token
+// (binding this process when bind). On failure the lease is released.
+int etcd_acquire(const Opts& o, etcd::LockService& svc, const DomainHandle* dh, bool bind,
+                 etcd::Grant* g) {
+  etcd::Millis wait = o.wait < 0 ? etcd::Millis(int64_t{1} << 40)
+                                 : etcd::Millis(static_cast<int64_t>(o.wait * 1000));
+  etcd::Status s = svc.acquire(o.lock, static_cast<int64_t>(o.ttl), wait, g);
+  if (s.code == etcd::Status::kTimeout) {
+    fail(fmt::format("lock {} not acquired within {} s", o.lock, o.wait));
+    return ec::kLockTimeout;
+  }
+  if (!s.ok()) {
+    fail(fmt::format("lock service: {}", s.message));
+    return lock_service_exit(s);
+  }
+  auto give_up = [&](int code) {
+    svc.release(*g);
+    return code;
+  };
+  if (!(s = svc.next_token(o.lock, g)).ok()) {
+    fail(fmt::format("could not draw a token for lock {}: {}", o.lock, s.message));
+    return give_up(lock_service_exit(s));
+  }
+  if (!dh) return 0;
+  uint64_t got = 0;
+  int err = dh->acquire(g->token, bind, false, &got);
+  if (err == ESTALE) {
+    uint64_t epoch = got;
+    dh->epoch(&epoch);
+    fail(fmt::format(
+        "issuer behind the resource: lock {} issued token {}, but domain {} is already at epoch "
+        "{} (was etcd restored from an older backup?). Nothing ran. Recover with --resync, which "
+        "moves the counter above the domain's epoch (audited)",
+        o.lock, g->token, o.domain, epoch));
+    if (!o.resync) return give_up(ec::kIssuerBehind);
+    uint64_t drawn = g->token;
+    if (!(s = svc.resync(o.lock, epoch + 1, g)).ok()) {
+      fail(fmt::format("resync of lock {}'s counter failed: {}", o.lock, s.message));
+      return give_up(lock_service_exit(s));
+    }
+    err = dh->acquire(g->token, bind, true, &got);
+    if (!err)
+      std::cerr << fmt::format("fencectl: resync: counter of lock {} moved from {} to {}\n", o.lock,
+                               drawn, g->token);
+  }
+  if (err) {
+    fail(fmt::format("acquire of domain {} at token {} refused: {}", o.domain, g->token,
+                     explain_errno(err)));
+    return give_up(err == ESTALE ? ec::kIssuerBehind : exit_for_errno(err));
+  }
+  return 0;
+}
+
+std::vector<char*> argv_of(const Args& args, size_t from) {
+  std::vector<char*> argv;
+  for (size_t k = from; k < args.size(); k++) argv.push_back(const_cast<char*>(args[k].c_str()));
+  argv.push_back(nullptr);
+  return argv;
+}
+
+void export_token(const std::string& domain, uint64_t token) {
+  setenv("FENCEFS_TOKEN", std::to_string(token).c_str(), 1);
+  setenv("FENCEFS_DOMAIN", domain.c_str(), 1);
+}
+
+int status_of(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st); }
+
+// Waits for the child (pidfd) to exit within ms; true when it did.
+bool wait_exit(int pidfd, pid_t pid, int ms, int* st) {
+  pollfd p{pidfd, POLLIN, 0};
+  if (poll(&p, 1, ms) <= 0) return false;
+  return waitpid(pid, st, 0) == pid;
+}
+
+// Runs CMD in its own process group while the lease is alive.
+int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g, const User& user,
+                    const Args& args, size_t cmd) {
+  int lost_fd = eventfd(0, EFD_CLOEXEC);
+  std::string lost_why;
+  std::mutex lost_mu;
+  etcd::KeepAlive ka(svc, g.lease, static_cast<int64_t>(o.ttl), [&](std::string why) {
+    {
+      std::lock_guard lk(lost_mu);
+      lost_why = std::move(why);
+    }
+    uint64_t one = 1;
+    (void)!write(lost_fd, &one, sizeof one);
+  });
+  sigset_t sigs, old;
+  sigemptyset(&sigs);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, s);
+  sigprocmask(SIG_BLOCK, &sigs, &old);
+  int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
+  int errpipe[2];
+  if (pipe2(errpipe, O_CLOEXEC) != 0) return ec::kFailed;
+  // CMD gets its own process group (so the whole job can be stopped on lease loss); when we own
+  // the terminal, CMD gets it, so an interactive CMD can read it.
+  bool foreground = isatty(STDIN_FILENO) && tcgetpgrp(STDIN_FILENO) == getpgrp();
+  auto give_terminal = [&](pid_t to) {
+    if (!foreground) return;
+    sighandler_t prev = signal(SIGTTOU, SIG_IGN);
+    tcsetpgrp(STDIN_FILENO, to);
+    signal(SIGTTOU, prev);
+  };
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    give_terminal(getpid());
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    int err = user.become();
+    if (!err) {
+      auto argv = argv_of(args, cmd);
+      execvp(argv[0], argv.data());
+      err = errno;
+    }
+    (void)!write(errpipe[1], &err, sizeof err);
+    _exit(127);
+  }
+  close(errpipe[1]);
+  if (pid < 0) {
+    fail(fmt::format("run: fork: {}", common::errstr(errno)));
+    svc.release(g);
+    return ec::kExecFailed;
+  }
+  setpgid(pid, pid);
+  int child_err = 0;
+  bool exec_failed = read(errpipe[0], &child_err, sizeof child_err) == sizeof child_err;
+  close(errpipe[0]);
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  int st = 0;
+  bool lost = false;
+  for (bool done = false; !done;) {
+    pollfd p[3] = {{pidfd, POLLIN, 0}, {lost_fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+    if (poll(p, 3, -1) < 0) continue;
+    if (p[0].revents) {
+      waitpid(pid, &st, 0);
+      done = true;
+    } else if (p[1].revents) {
+      lost = true;
+      {
+        std::lock_guard lk(lost_mu);
+        fail(fmt::format("lease lost: {}; stopping the job (process group {})", lost_why, pid));
+      }
+      kill(-pid, SIGTERM);
+      if (!wait_exit(pidfd, pid, static_cast<int>(o.grace * 1000), &st)) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+      }
+      done = true;
+    } else if (p[2].revents) {
+      signalfd_siginfo si;
+      if (read(sfd, &si, sizeof si) == sizeof si) kill(-pid, static_cast<int>(si.ssi_signo));
+    }
+  }
+  kill(-pid, SIGKILL);  // stragglers of the group never outlive the lease
+  give_terminal(getpgrp());
+  ka.stop();
+  svc.release(g);
+  close(pidfd);
+  close(sfd);
+  close(lost_fd);
+  if (exec_failed) {
+    fail(fmt::format("run: {}: {}", args[cmd], common::errstr(child_err)));
+    return ec::kExecFailed;
+  }
+  return lost ? ec::kLeaseLost : status_of(st);
+}
+
+int need_root(const Opts& o, std::string* root) {
+  if (o.mount.empty()) bad_usage("--mount M is required");
+  *root = find_mount(o.mount);
+  if (root->empty()) {
+    fail(o.mount + " is not a fencefs mount (no .fencefs/ctl; is the daemon running?)");
+    return ec::kUnreachable;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_run(const Args& args) {
+  Opts o;
+  size_t cmd = parse(args, &o, "run", kRunUsage);
+  if (cmd >= args.size()) bad_usage("run: no command given (… -- CMD [ARGS...])");
+  if (o.domain.empty()) bad_usage("run: --domain D is required");
+  int modes = !o.token.empty() + o.acquire + !o.etcd.empty();
+  if (modes != 1) bad_usage("run: give exactly one of --token T, --acquire, --etcd E --lock N");
+  if (!o.etcd.empty() && o.lock.empty()) bad_usage("run: --etcd needs --lock NAME");
+  if (!o.token.empty() && !fence::parse_token_text(o.token)) {
+    fail("run: malformed token '" + o.token + "' (a decimal 1..9223372036854775807, or EPOCH.SIG)");
+    return ec::kMalformed;
+  }
+  User user;
+  if (!o.user.empty()) {
+    if (!resolve_user(o.user, &user.uid, &user.gid, &user.name)) {
+      fail("run: unknown user or group '" + o.user + "'");
+      return ec::kUsage;
+    }
+    user.set = true;
+  }
+  std::string root;
+  if (int code = need_root(o, &root)) return code;
+  DomainHandle dh;
+  std::string why;
+  // A holder of a signed token may lack read permission on the domain's directory: it binds
+  // through the control file instead (the shells' path).
+  bool via_ctl = false;
+  if (int code = dh.open(root, o.domain, &why)) {
+    via_ctl = !o.token.empty() && dh.open_errno() == EACCES;
+    if (!via_ctl) {
+      fail("run: " + why);
+      return code;
+    }
+  }
+  // Grandchildren orphaned by a double fork are reparented to us, so they stay bound.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (!o.etcd.empty()) {
+    etcd::EtcdLockService svc(etcd_options(o));
+    etcd::Grant g;
+    if (int code = etcd_acquire(o, svc, &dh, true, &g)) return code;
+    export_token(o.domain, g.token);
+    return run_under_lease(o, svc, g, user, args, cmd);
+  }
+  uint64_t token = 0;
+  if (o.acquire) {
+    if (int err = dh.acquire(0, true, false, &token)) {
+      fail(fmt::format("run: acquire of domain {} refused: {}", o.domain, explain_errno(err)));
+      return exit_for_errno(err);
+    }
+  } else {
+    std::string reply;
+    int err =
+        via_ctl ? send_command(root, "bind " + o.domain + " " + o.token, &reply) : dh.bind(o.token);
+    if (err) {
+      fail(fmt::format("run: bind {} {} refused: {}{}", o.domain, o.token, explain_errno(err),
+                       reply.empty() ? "" : " (" + reply + ")"));
+      return exit_for_errno(err);
+    }
+    token = fence::parse_token_text(o.token)->epoch;
+  }
+  export_token(o.domain, token);
+  if (int err = user.become()) {
+    fail(fmt::format("run: cannot become {}: {}", o.user, common::errstr(err)));
+    return ec::kExecFailed;
+  }
+  auto argv = argv_of(args, cmd);
+  execvp(argv[0], argv.data());
+  fail(fmt::format("run: {}: {}", args[cmd], common::errstr(errno)));
+  return ec::kExecFailed;
+}
+
+int cmd_lease(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kLeaseUsage;
+    return args.empty() ? ec::kUsage : 0;
+  }
+  std::string verb = args[0];
+  Opts o;
+  Args rest(args.begin() + 1, args.end());
+  size_t end = parse(rest, &o, "lease", kLeaseUsage);
+  if (end < rest.size()) bad_usage("lease: unexpected argument " + rest[end]);
+  if (o.etcd.empty()) bad_usage("lease: --etcd ENDPOINTS is required");
+  etcd::EtcdLockService svc(etcd_options(o));
+  if (verb == "acquire") {
+    if (o.lock.empty()) bad_usage("lease acquire: --lock NAME is required");
+    DomainHandle dh;
+    if (!o.mount.empty()) {
+      if (o.domain.empty()) bad_usage("lease acquire: --mount needs --domain D");
+      std::string root, why;
+      if (int code = need_root(o, &root)) return code;
+      if (int code = dh.open(root, o.domain, &why)) {
+        fail("lease acquire: " + why);
+        return code;
+      }
+    }
+    etcd::Grant g;
+    if (int code = etcd_acquire(o, svc, o.mount.empty() ? nullptr : &dh, false, &g)) return code;
+    std::cout << "FENCEFS_TOKEN=" << g.token << "\nFENCEFS_LEASE=" << g.lease
+              << "\nFENCEFS_LOCK_KEY='" << g.key << "'\n";
+    return 0;
+  }
+  int64_t lease = 0;
+  auto r = std::from_chars(o.lease.data(), o.lease.data() + o.lease.size(), lease);
+  if (o.lease.empty() || r.ec != std::errc() || r.ptr != o.lease.data() + o.lease.size())
+    bad_usage("lease " + verb + ": --lease ID (decimal, as printed by lease acquire) is required");
+  if (verb == "release") {
+    etcd::Grant g;
+    g.lease = lease;
+    etcd::Status s = svc.release(g);
+    if (!s.ok()) fail("lease release: " + s.message);
+    return lock_service_exit(s);
+  }
+  if (verb == "keepalive") {
+    int64_t ttl = 0;
+    etcd::Status s = svc.keepalive(lease, &ttl);
+    if (!s.ok()) {
+      fail(fmt::format("lease keepalive: {}", s.message));
+      return s.code == etcd::Status::kNotFound ? ec::kLeaseLost : ec::kLockService;
+    }
+    if (o.once) {
+      std::cout << "ttl " << ttl << "\n";
+      return 0;
+    }
+    // Until etcd says the lease is gone, or no keepalive succeeded for a whole TTL.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::string why;
+    etcd::KeepAlive ka(svc, lease, ttl, [&](std::string w) {
+      std::lock_guard lk(mu);
+      why = std::move(w);
+      cv.notify_all();
+    });
+    std::unique_lock lk(mu);
+    cv.wait(lk, [&] { return !why.empty(); });
+    fail("lease keepalive: lease lost: " + why);
+    return ec::kLeaseLost;
+  }
+  bad_usage("lease: expected acquire, keepalive or release");
+}
+
+}  // namespace fencefs::cli

@@ -1,0 +1,497 @@
+#include "etcd/client.h"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+
+#include <atomic>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+namespace fencefs::etcd {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string b64(const std::string& s) {
+  std::string out(4 * ((s.size() + 2) / 3) + 1, '\0');
+  int n =
+      EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+std::string unb64(const std::string& s) {
+  if (s.empty()) return {};
+  std::string out(3 * (s.size() / 4) + 3, '\0');
+  int n =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
+  if (n < 0) return {};
+  size_t len = static_cast<size_t>(n);
+  // EVP_DecodeBlock counts the bytes of padding as zeros.
+  for (size_t k = s.size(); k > 0 && s[k - 1] == '=' && len > 0; k--) len--;
+  out.resize(len);
+  return out;
+}
+
+// The gateway writes 64-bit integers as strings; accept numbers too.
+int64_t i64(const json& j, const char* name) {
+  auto it = j.find(name);
+  if (it == j.end() || it->is_null()) return 0;
+  if (it->is_number()) return it->get<int64_t>();
+  if (it->is_string()) {
+    try {
+      return static_cast<int64_t>(std::stoull(it->get<std::string>()));
+    } catch (...) {
+      return 0;
+    }
+  }
+  return 0;
+}
+
+std::string str(const json& j, const char* name) {
+  auto it = j.find(name);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+KeyValue to_kv(const json& j) {
+  KeyValue kv;
+  kv.key = unb64(str(j, "key"));
+  kv.value = unb64(str(j, "value"));
+  kv.create_revision = i64(j, "create_revision");
+  kv.mod_revision = i64(j, "mod_revision");
+  kv.version = i64(j, "version");
+  kv.lease = i64(j, "lease");
+  return kv;
+}
+
+// The end of a key range covering every key with this prefix (etcd's clientv3.GetPrefixRangeEnd).
+std::string prefix_end(std::string p) {
+  while (!p.empty()) {
+    if (static_cast<unsigned char>(p.back()) < 0xff) {
+      p.back() = static_cast<char>(static_cast<unsigned char>(p.back()) + 1);
+      return p;
+    }
+    p.pop_back();
+  }
+  return std::string(1, '\0');
+}
+
+json op_json(const Op& op) {
+  switch (op.kind) {
+    case Op::Kind::kPut: {
+      json p = {{"key", b64(op.key)}, {"value", b64(op.value)}};
+      if (op.lease) p["lease"] = std::to_string(op.lease);
+      return {{"request_put", p}};
+    }
+    case Op::Kind::kRange:
+      return {{"request_range", {{"key", b64(op.key)}}}};
+    case Op::Kind::kDelete:
+      return {{"request_delete_range", {{"key", b64(op.key)}}}};
+  }
+  return {};
+}
+
+const char* target_name(Compare::Target t) {
+  switch (t) {
+    case Compare::Target::kVersion:
+      return "VERSION";
+    case Compare::Target::kCreate:
+      return "CREATE";
+    case Compare::Target::kMod:
+      return "MOD";
+    case Compare::Target::kValue:
+      return "VALUE";
+    case Compare::Target::kLease:
+      return "LEASE";
+  }
+  return "VERSION";
+}
+
+const char* result_name(Compare::Result r) {
+  switch (r) {
+    case Compare::Result::kEqual:
+      return "EQUAL";
+    case Compare::Result::kGreater:
+      return "GREATER";
+    case Compare::Result::kLess:
+      return "LESS";
+    case Compare::Result::kNotEqual:
+      return "NOT_EQUAL";
+  }
+  return "EQUAL";
+}
+
+json compare_json(const Compare& c) {
+  json j = {
+      {"key", b64(c.key)}, {"target", target_name(c.target)}, {"result", result_name(c.result)}};
+  switch (c.target) {
+    case Compare::Target::kVersion:
+      j["version"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kCreate:
+      j["create_revision"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kMod:
+      j["mod_revision"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kValue:
+      j["value"] = b64(c.value);
+      break;
+    case Compare::Target::kLease:
+      j["lease"] = std::to_string(c.number);
+      break;
+  }
+  return j;
+}
+
+// Streamed responses (watch, keepalive) arrive as one JSON message per line.
+struct Transfer {
+  std::string body;
+  std::function<bool(const json&)> on_message;  // set for streams; false stops the transfer
+  bool stopped = false;
+  std::string parse_error;
+};
+
+size_t on_data(char* p, size_t size, size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  t->body.append(p, size * n);
+  if (!t->on_message) return size * n;
+  size_t nl;
+  while ((nl = t->body.find('\n')) != std::string::npos) {
+    std::string line = t->body.substr(0, nl);
+    t->body.erase(0, nl + 1);
+    if (line.find_first_not_of(" \r\t") == std::string::npos) continue;
+    json msg = json::parse(line, nullptr, false);
+    if (msg.is_discarded()) {
+      t->parse_error = "malformed message from etcd: " + line.substr(0, 200);
+      t->stopped = true;
+      return 0;
+    }
+    if (!t->on_message(msg)) {
+      t->stopped = true;
+      return 0;  // aborts the transfer (CURLE_WRITE_ERROR), which is how a stream is left
+    }
+  }
+  return size * n;
+}
+
+bool retryable_message(const std::string& m) {
+  return m.find("no leader") != std::string::npos ||
+         m.find("leader changed") != std::string::npos ||
+         m.find("timed out") != std::string::npos || m.find("not capable") != std::string::npos ||
+         m.find("unhealthy") != std::string::npos;
+}
+
+}  // namespace
+
+std::vector<std::string> parse_endpoints(const std::string& list, bool tls) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    std::string e =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    while (!e.empty() && e.back() == '/') e.pop_back();
+    if (!e.empty()) {
+      if (e.find("://") == std::string::npos) e = (tls ? "https://" : "http://") + e;
+      out.push_back(e);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+struct Client::Impl {
+  std::mutex mu;
+  size_t preferred = 0;  // the endpoint that answered last
+
+  // POSTs body to path on the endpoints in turn until one answers or `limit` passes.
+  // With on_message the response is a stream; `timeout_is_wait` says a deadline reached while
+  // connected is the call's own timeout (kTimeout), not an unreachable cluster.
+  Status call(const Options& o, const std::string& path, const json& body, Millis limit, json* out,
+              std::function<bool(const json&)> on_message = {}, bool timeout_is_wait = false,
+              const std::atomic<bool>* cancel = nullptr) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    if (o.endpoints.empty()) return {Status::kUnreachable, "no etcd endpoint given"};
+    auto deadline = Clock::now() + limit;
+    std::string payload = body.dump();
+    size_t n = o.endpoints.size();
+    size_t start;
+    {
+      std::lock_guard lk(mu);
+      start = preferred;
+    }
+    std::string last_error = "no endpoint tried";
+    for (int round = 0;; round++) {
+      for (size_t k = 0; k < n; k++) {
+        size_t idx = (start + k) % n;
+        auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+        if (left.count() <= 0) break;
+        const std::string& ep = o.endpoints[idx];
+        Transfer t;
+        t.on_message = on_message;
+        CURL* c = curl_easy_init();
+        if (!c) return {Status::kError, "curl_easy_init failed"};
+        std::string url = ep + path;
+        curl_slist* hdr = curl_slist_append(nullptr, "Content-Type: application/json");
+        curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, payload.c_str());
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, static_cast<long>(payload.size()));
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+                         static_cast<long>(std::min(o.connect_timeout, left).count()));
+        // A hung endpoint (a member without a leader, a stopped process) must not use up the
+        // whole call: give each endpoint left in this round a share, except for waits and
+        // watches, whose time is the call's own.
+        Millis attempt = left;
+        if (!timeout_is_wait && path != "/v3/watch")
+          attempt = std::min(left, std::max(Millis(1000), left / static_cast<int64_t>(n - k)));
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(attempt.count()));
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
+        if (cancel) {
+          curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+          curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel);
+          curl_easy_setopt(
+              c, CURLOPT_XFERINFOFUNCTION,
+              +[](void* p, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
+                return static_cast<const std::atomic<bool>*>(p)->load() ? 1 : 0;
+              });
+        }
+        if (!o.cacert.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.cacert.c_str());
+        if (!o.cert.empty()) curl_easy_setopt(c, CURLOPT_SSLCERT, o.cert.c_str());
+        if (!o.key.empty()) curl_easy_setopt(c, CURLOPT_SSLKEY, o.key.c_str());
+        CURLcode rc = curl_easy_perform(c);
+        if (cancel && cancel->load()) {
+          curl_slist_free_all(hdr);
+          curl_easy_cleanup(c);
+          return {Status::kNotFound, "canceled: the lease was lost"};
+        }
+        long http = 0;
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
+        long connected_port = 0;
+        curl_easy_getinfo(c, CURLINFO_PRIMARY_PORT, &connected_port);
+        curl_slist_free_all(hdr);
+        curl_easy_cleanup(c);
+        if (t.stopped && t.parse_error.empty()) {
+          std::lock_guard lk(mu);
+          preferred = idx;
+          return Status::Ok();
+        }
+        if (!t.parse_error.empty()) return {Status::kError, t.parse_error};
+        if (rc == CURLE_OPERATION_TIMEDOUT && on_message && http == 200) {
+          std::lock_guard lk(mu);
+          preferred = idx;
+          return Status::Ok();  // a stream that ran its full time
+        }
+        if (rc == CURLE_OPERATION_TIMEDOUT && timeout_is_wait && connected_port != 0)
+          return {Status::kTimeout, "timed out at " + ep};
+        if (rc != CURLE_OK) {
+          last_error = ep + ": " + curl_easy_strerror(rc);
+          continue;  // not reached or the connection broke: the next endpoint
+        }
+        json reply = json::parse(t.body, nullptr, false);
+        if (reply.is_discarded() && !on_message)
+          return {Status::kError, ep + ": malformed reply: " + t.body.substr(0, 200)};
+        if (http != 200) {
+          std::string msg = reply.is_object() ? str(reply, "message") : t.body;
+          if (msg.empty() && reply.is_object()) msg = str(reply, "error");
+          if (msg.find("lease not found") != std::string::npos) return {Status::kNotFound, msg};
+          if (retryable_message(msg) || http == 503) {
+            last_error = ep + ": " + msg;
+            continue;
+          }
+          return {Status::kError, ep + ": " + (msg.empty() ? "HTTP " + std::to_string(http) : msg)};
+        }
+        {
+          std::lock_guard lk(mu);
+          preferred = idx;
+        }
+        if (out) *out = std::move(reply);
+        return Status::Ok();
+      }
+      if (Clock::now() >= deadline) break;
+      std::this_thread::sleep_for(std::min<Millis>(Millis(100 * (round + 1)), Millis(500)));
+    }
+    return {Status::kUnreachable, "etcd unreachable: " + last_error};
+  }
+};
+
+Client::Client(Options opts) : opts_(std::move(opts)), impl_(std::make_unique<Impl>()) {}
+Client::~Client() = default;
+
+Status Client::lease_grant(int64_t ttl_s, int64_t* id, int64_t* granted_ttl) {
+  json r;
+  Status s = impl_->call(opts_, "/v3/lease/grant", {{"TTL", std::to_string(ttl_s)}},
+                         opts_.request_timeout, &r);
+  if (!s.ok()) return s;
+  if (!str(r, "error").empty()) return {Status::kError, str(r, "error")};
+  *id = i64(r, "ID");
+  if (granted_ttl) *granted_ttl = i64(r, "TTL");
+  if (!*id) return {Status::kError, "lease grant returned no ID"};
+  return s;
+}
+
+Status Client::lease_keepalive(int64_t id, int64_t* ttl) {
+  json got;
+  bool have = false;
+  Status s = impl_->call(opts_, "/v3/lease/keepalive", {{"ID", std::to_string(id)}},
+                         opts_.request_timeout, nullptr, [&](const json& m) {
+                           got = m.contains("result") ? m["result"] : m;
+                           have = true;
+                           return false;
+                         });
+  if (!s.ok()) return s;
+  if (!have) return {Status::kUnreachable, "keepalive: no answer"};
+  if (got.contains("error")) return {Status::kError, got.dump()};
+  *ttl = i64(got, "TTL");
+  if (*ttl <= 0) return {Status::kNotFound, "lease " + std::to_string(id) + " expired"};
+  return s;
+}
+
+Status Client::lease_ttl(int64_t id, int64_t* ttl) {
+  json r;
+  Status s = impl_->call(opts_, "/v3/kv/lease/timetolive", {{"ID", std::to_string(id)}},
+                         opts_.request_timeout, &r);
+  if (!s.ok()) return s;
+  *ttl = i64(r, "TTL");
+  if (*ttl <= 0) return {Status::kNotFound, "lease " + std::to_string(id) + " expired"};
+  return s;
+}
+
+Status Client::lease_revoke(int64_t id) {
+  return impl_->call(opts_, "/v3/kv/lease/revoke", {{"ID", std::to_string(id)}},
+                     opts_.request_timeout, nullptr);
+}
+
+Status Client::lock(const std::string& name, int64_t lease, Millis wait, std::string* key,
+                    const std::atomic<bool>* cancel) {
+  json r;
+  Status s =
+      impl_->call(opts_, "/v3/lock/lock", {{"name", b64(name)}, {"lease", std::to_string(lease)}},
+                  wait, &r, {}, true, cancel);
+  if (!s.ok()) return s;
+  *key = unb64(str(r, "key"));
+  if (key->empty()) return {Status::kError, "lock returned no key"};
+  return s;
+}
+
+Status Client::unlock(const std::string& key) {
+  return impl_->call(opts_, "/v3/lock/unlock", {{"key", b64(key)}}, opts_.request_timeout, nullptr);
+}
+
+Status Client::get(const std::string& key, std::optional<KeyValue>* kv, int64_t* revision) {
+  json r;
+  Status s = impl_->call(opts_, "/v3/kv/range", {{"key", b64(key)}}, opts_.request_timeout, &r);
+  if (!s.ok()) return s;
+  kv->reset();
+  if (r.contains("kvs") && r["kvs"].is_array() && !r["kvs"].empty()) *kv = to_kv(r["kvs"][0]);
+  if (revision) *revision = r.contains("header") ? i64(r["header"], "revision") : 0;
+  return s;
+}
+
+Status Client::get_prefix(const std::string& prefix, std::vector<KeyValue>* kvs,
+                          int64_t* revision) {
+  json r;
+  Status s = impl_->call(opts_, "/v3/kv/range",
+                         {{"key", b64(prefix)}, {"range_end", b64(prefix_end(prefix))}},
+                         opts_.request_timeout, &r);
+  if (!s.ok()) return s;
+  kvs->clear();
+  if (r.contains("kvs") && r["kvs"].is_array())
+    for (const auto& j : r["kvs"]) kvs->push_back(to_kv(j));
+  if (revision) *revision = r.contains("header") ? i64(r["header"], "revision") : 0;
+  return s;
+}
+
+Status Client::put(const std::string& key, const std::string& value, int64_t lease) {
+  json b = {{"key", b64(key)}, {"value", b64(value)}};
+  if (lease) b["lease"] = std::to_string(lease);
+  return impl_->call(opts_, "/v3/kv/put", b, opts_.request_timeout, nullptr);
+}
+
+Status Client::del(const std::string& key) {
+  return impl_->call(opts_, "/v3/kv/deleterange", {{"key", b64(key)}}, opts_.request_timeout,
+                     nullptr);
+}
+
+Status Client::txn(const std::vector<Compare>& compare, const std::vector<Op>& success,
+                   const std::vector<Op>& failure, TxnResult* out) {
+  json b = {{"compare", json::array()}, {"success", json::array()}, {"failure", json::array()}};
+  for (const auto& c : compare) b["compare"].push_back(compare_json(c));
+  for (const auto& o : success) b["success"].push_back(op_json(o));
+  for (const auto& o : failure) b["failure"].push_back(op_json(o));
+  json r;
+  Status s = impl_->call(opts_, "/v3/kv/txn", b, opts_.request_timeout, &r);
+  if (!s.ok()) return s;
+  *out = TxnResult{};
+  out->succeeded = r.value("succeeded", false);
+  out->revision = r.contains("header") ? i64(r["header"], "revision") : 0;
+  if (r.contains("responses") && r["responses"].is_array()) {
+    for (const auto& resp : r["responses"]) {
+      if (!resp.contains("response_range")) continue;
+      std::vector<KeyValue> kvs;
+      const json& rr = resp["response_range"];
+      if (rr.contains("kvs") && rr["kvs"].is_array())
+        for (const auto& j : rr["kvs"]) kvs.push_back(to_kv(j));
+      out->ranges.push_back(std::move(kvs));
+    }
+  }
+  return s;
+}
+
+Status Client::watch(const std::string& key, bool prefix, int64_t start_revision, Millis limit,
+                     const std::function<bool(const WatchEvent&)>& fn) {
+  json create = {{"key", b64(key)}};
+  if (prefix) create["range_end"] = b64(prefix_end(key));
+  if (start_revision) create["start_revision"] = std::to_string(start_revision);
+  std::string err;
+  Status s = impl_->call(
+      opts_, "/v3/watch", {{"create_request", create}}, limit, nullptr, [&](const json& m) {
+        const json& res = m.contains("result") ? m["result"] : m;
+        if (m.contains("error")) {
+          err = m["error"].dump();
+          return false;
+        }
+        if (res.value("canceled", false)) {
+          err = "watch canceled: " + str(res, "cancel_reason");
+          return false;
+        }
+        if (!res.contains("events")) return true;
+        for (const auto& e : res["events"]) {
+          WatchEvent ev;
+          ev.type = str(e, "type") == "DELETE" ? WatchEvent::Type::kDelete : WatchEvent::Type::kPut;
+          if (e.contains("kv")) ev.kv = to_kv(e["kv"]);
+          if (!fn(ev)) return false;
+        }
+        return true;
+      });
+  if (s.ok() && !err.empty()) return {Status::kError, err};
+  return s;
+}
+
+Status Client::status(std::string* endpoint, uint64_t* member_id, uint64_t* leader) {
+  for (const auto& ep : opts_.endpoints) {
+    Options one = opts_;
+    one.endpoints = {ep};
+    one.request_timeout = std::min(opts_.request_timeout, Millis(1000));
+    json r;
+    Impl impl;
+    Status s = impl.call(one, "/v3/maintenance/status", json::object(), one.request_timeout, &r);
+    if (!s.ok()) continue;
+    *endpoint = ep;
+    *member_id = r.contains("header") ? static_cast<uint64_t>(i64(r["header"], "member_id")) : 0;
+    *leader = static_cast<uint64_t>(i64(r, "leader"));
+    return s;
+  }
+  return {Status::kUnreachable, "no endpoint answered"};
+}
+
+}  // namespace fencefs::etcd
