@@ -15,6 +15,7 @@
 
 #include "fence/bindings.h"
 #include "fence/fence.h"
+#include "fs/pagecache.h"
 
 namespace fencefs::fs {
 
@@ -55,6 +56,7 @@ struct Inode {
 std::mutex& inode_mutex(const Inode& i);
 
 struct Handle {
+  ~Handle();
   int fd = -1;
   Inode* inode = nullptr;
   Domain* domain = nullptr;
@@ -63,6 +65,7 @@ struct Handle {
   std::atomic<bool> stale{false};          // once refused as stale, refused for good
   std::atomic<bool> dirty{false};          // mutated: restamp size/mtime at release
   std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
+  PageCache* tracker = nullptr;            // set while it may write through a shared mapping
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;
   std::string content;
@@ -114,6 +117,9 @@ class Fs {
 
   std::string proc_path(int fd) const;  // "/proc/self/fd/N"
   bool is_state_name(Inode& parent, const char* name) const;
+
+  // Writable handles that may map their file shared, and the cached pages of refused writes.
+  PageCache pagecache;
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;

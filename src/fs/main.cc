@@ -411,6 +411,7 @@ int main(int argc, char* argv[]) {
   if (!copts.foreground) log::use_syslog(true);
   fuse_daemonize(copts.foreground);
   highwater.start();
+  filesystem.pagecache.start(se);
 
   int ret;
   if (copts.singlethread) {
@@ -422,6 +423,7 @@ int main(int argc, char* argv[]) {
     ret = fuse_session_loop_mt(se, lc);
     fuse_loop_cfg_destroy(lc);
   }
+  filesystem.pagecache.stop();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

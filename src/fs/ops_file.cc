@@ -29,6 +29,34 @@ int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission
   return err;
 }
 
+// Dirty pages of a shared mapping are written back with some mapped handle of the inode, not the
+// dirtier's: the write presents the lowest token among all of them (see PageCache).
+static int admit_writeback(fuse_req_t req, Handle& h, fence::Admission* out) {
+  Fs& f = fs(req);
+  fence::Op op{"writeback", {h.fd, nullptr}, {}};
+  Epoch token = 0;
+  const char* why = "";
+  int err = f.pagecache.writeback_token(*h.inode, *h.domain, &token, &why);
+  if (err) {
+    audit::Event e;
+    e.op = op.name;
+    e.decision = "refused";
+    e.reason = fence::reason_name(fence::Reason::Stale);
+    e.domain = h.domain->path;
+    e.path = f.fence().describe(op.target);
+    e.epoch_before = e.epoch_after = h.domain->epoch.load();
+    e.err = err;
+    e.message = why;
+    f.fence().audit(std::move(e), f.caller(req));
+    return err;
+  }
+  err = f.fence().admit(*h.domain, token, 0, f.caller(req), op, out);
+  if (err) return EIO;  // reported by msync, fsync or close of the mapping's file
+  if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token());
+  h.dirty.store(true, std::memory_order_relaxed);
+  return 0;
+}
+
 static bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writable) {
@@ -43,10 +71,13 @@ static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writabl
 }
 
 static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
-  // Handles that may write bypass the page cache: every write reaches the daemon, and shared
-  // writable mmap is refused by the kernel (ENODEV), since its writeback could not be fenced.
-  fi->direct_io = writable;
+  // Every handle uses the page cache, so files can be mapped shared. Without the writeback cache a
+  // write(2) still reaches the daemon at once as a WRITE of its own handle; writeback of mapped
+  // pages is judged by PageCache. keep_cache=0: each open drops what the kernel cached of the file.
+  fi->direct_io = 0;
   fi->keep_cache = 0;
+  Handle& h = *handle_of(fi);
+  if (writable && (fi->flags & O_ACCMODE) == O_RDWR) f.pagecache.track(h, f.ino_of(h.inode));
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -164,13 +195,19 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
               fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
   if (h.inode->kind != Kind::Real) return ctl_write(req, h, data, size);
+  Fs& f = fs(req);
   fence::Admission a;
-  int err = admit_handle(req, h, "write", &a);
-  if (err) return (void)fuse_reply_err(req, err);
-  drop_privs(req, h);
-  ssize_t n = pwrite(h.fd, data, size, off);
-  if (n < 0) return (void)fuse_reply_err(req, errno);
-  fuse_reply_write(req, static_cast<size_t>(n));
+  int err = fi->writepage ? admit_writeback(req, h, &a) : admit_handle(req, h, "write", &a);
+  if (!err) {
+    drop_privs(req, h);
+    ssize_t n = pwrite(h.fd, data, size, off);
+    if (n >= 0) return (void)fuse_reply_write(req, static_cast<size_t>(n));
+    err = errno;
+  }
+  // The kernel already holds the refused bytes in its page cache: drop them before anything could
+  // write them back or read them (queued before the reply, so nothing is admitted in between).
+  f.pagecache.refused(*h.inode, ino);
+  fuse_reply_err(req, err);
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
