@@ -595,8 +595,13 @@ INSTANTIATE_TEST_SUITE_P(Fsx, FsxTest, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8)
 class FsxMapTest : public FsxTest {};
 
 TEST_P(FsxMapTest, MappedReadsAndWritesMatchModel) {
+#if defined(__SANITIZE_ADDRESS__)
+  constexpr int kOps = 5000;  // the sanitizer pass
+#else
+  constexpr int kOps = 20000;
+#endif
   const char* v = std::getenv("FENCEFS_FSX_OPS");
-  run_seed(GetParam(), v ? std::max(1, atoi(v)) : 20000, true);
+  run_seed(GetParam(), v ? std::max(1, atoi(v)) : kOps, true);
 }
 
 INSTANTIATE_TEST_SUITE_P(FsxMap, FsxMapTest, ::testing::Values(101, 102),

@@ -13,6 +13,8 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -396,4 +398,85 @@ TEST(Mmap, RefusedWriteBesideOwnersMappedByte) {
   std::string got = slurp(m.bpath("f"));
   EXPECT_EQ(std::string::npos, got.find('S')) << "a refused byte reached BACKING";
   EXPECT_TRUE(got == want);
+}
+
+namespace {
+
+// mdb_load's input (mdb_dump's format): keys FROM..TO; the header when `header`.
+std::string lmdb_records(int from, int to, bool header, bool end) {
+  std::string s;
+  if (header) s = "VERSION=3\nformat=print\ntype=btree\nmapsize=67108864\nHEADER=END\n";
+  char line[96];
+  for (int i = from; i <= to; i++) {
+    snprintf(line, sizeof line, " key%06d\n value-%06d-fencefs-lmdb\n", i, i);
+    s += line;
+  }
+  if (end) s += "DATA=END\n";
+  return s;
+}
+
+bool write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = write(fd, s.data() + off, s.size() - off);
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+// LMDB's own writer, superseded mid-load: mdb_load opened the environment under epoch 1 (data file
+// mapped shared, lock file mapped shared and writable) and loaded half its input when the domain
+// advanced. The rest of its load fails and changes nothing in BACKING; the new owner then reads
+// what landed and loads more into the same environment.
+TEST(Mmap, LmdbLoadOfASupersededHolderChangesNothing) {
+  signal(SIGPIPE, SIG_IGN);
+  Mount m;
+  ASSERT_EQ(0, as_job(m, 1, [&] { return mkdir(m.path("env").c_str(), 0755) == 0 ? 0 : 1; }));
+  Pipe in;
+  Kid loader(fork());
+  if (loader.pid == 0) {
+    if (m.ctl("bind / 1") != 0) _exit(10);
+    dup2(in.r, 0);
+    ::close(in.w);
+    execlp("mdb_load", "mdb_load", m.path("env").c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ::close(in.r);
+  in.r = -1;
+  ASSERT_TRUE(write_all(in.w, lmdb_records(1, 5000, true, false)));
+  // It commits every 100 records: wait until most of the first half is in BACKING.
+  struct stat st {};
+  for (int i = 0; i < 600; i++) {
+    if (stat(m.bpath("env/data.mdb").c_str(), &st) == 0 && st.st_size >= 150 * 1024) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(st.st_size, 150 * 1024) << "mdb_load did not load its first half";
+  ASSERT_EQ(0, advance(m, 2));
+  std::string before = tree_hash(m.backing());
+  write_all(in.w, lmdb_records(5001, 10000, false, true));
+  ::close(in.w);
+  in.w = -1;
+  EXPECT_NE(0, exit_code(loader)) << "the superseded mdb_load succeeded";
+  EXPECT_EQ(before, tree_hash(m.backing())) << "the superseded mdb_load changed BACKING";
+
+  spit(m.root() + "/more.txt", lmdb_records(20001, 20100, true, true));
+  std::string run =
+      std::string(FENCECTL_BIN) + " run --mount '" + m.mnt() + "' --domain / --token 2 -- sh -c ";
+  std::string env = m.path("env");
+  std::string count = "mdb_dump -p '" + env + "' | grep -c '^ key'";
+  int rc = -1;
+  std::string landed = sh_out(run + "\"" + count + "\"", &rc);
+  ASSERT_EQ(0, rc) << landed;
+  int n = atoi(landed.c_str());
+  EXPECT_GE(n, 1000);
+  EXPECT_LE(n, 5000);
+  std::string after = sh_out(run + "\"mdb_load -f '" + m.root() + "/more.txt' '" + env + "' && " +
+                                 count + " && mdb_stat '" + env + "'\"",
+                             &rc);
+  ASSERT_EQ(0, rc) << after;
+  EXPECT_EQ(n + 100, atoi(after.c_str())) << after;
+  EXPECT_NE(std::string::npos, after.find("Entries: " + std::to_string(n + 100))) << after;
 }
