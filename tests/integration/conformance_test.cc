@@ -18,8 +18,11 @@
 //     kernel's FUSE_TMPFILE request is answered ENOSYS and the kernel reports EOPNOTSUPP (the
 //     documented fallback glibc/tools use: create a named file, then rename). Test:
 //     Conformance.TmpfileWithLinkat.
-//  D2 (none any more: shared mappings of writable handles work as natively, Conformance.Mmap;
-//     what a superseded holder's mapped writes do is in tests/integration/mmap_test.cc.)
+//  D2 For a current holder, shared mappings of writable handles work as natively
+//  (Conformance.Mmap).
+//     The difference is a superseded holder's: while any O_RDWR handle of the file holds an older
+//     token, writes through a shared mapping of the file fail with EIO (msync/fsync/close), the
+//     owner's too. Tests: tests/integration/mmap_test.cc.
 //  D3 fallocate FALLOC_FL_COLLAPSE_RANGE / FALLOC_FL_INSERT_RANGE -> EOPNOTSUPP. The kernel's FUSE
 //     client only forwards KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (fs/fuse/file.c); ext4 supports
 //     the other two natively. Test: Conformance.FallocateCollapseInsertDocumented.
