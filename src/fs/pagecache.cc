@@ -102,11 +102,6 @@ void PageCache::request_drop_locked(const Inode& i, fuse_ino_t ino) {
   cv_.notify_one();
 }
 
-uint64_t PageCache::drops() const {
-  std::lock_guard lk(mu_);
-  return drops_;
-}
-
 void PageCache::run() {
   std::unique_lock lk(mu_);
   while (true) {
@@ -128,7 +123,6 @@ void PageCache::run() {
     int err = fuse_lowlevel_notify_inval_inode(se, ino, 0, 0);
     lk.lock();
     if (err == 0 || err == -ENOENT) {  // ENOENT: the kernel holds nothing of that inode
-      drops_++;
       auto it = inodes_.find(inode);
       if (it != inodes_.end() && it->second.serial == serial)
         it->second.dropped = std::max(it->second.dropped, covers);

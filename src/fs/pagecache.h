@@ -60,9 +60,6 @@ class PageCache {
   // Bytes written to inode i were refused: drop its cached pages.
   void refused(const Inode& i, fuse_ino_t ino);
 
-  // Drops completed, for tests and metrics.
-  uint64_t drops() const;
-
  private:
   struct Entry {
     std::vector<Handle*> handles;
@@ -87,7 +84,6 @@ class PageCache {
   std::thread thread_;
   bool stopping_ = false;
   uint64_t serial_ = 0;
-  uint64_t drops_ = 0;
 };
 
 }  // namespace fencefs::fs
