@@ -1,8 +1,7 @@
 // Memory-mapped files: shared mappings of writable handles work, and writes through them stay
-// fenced. The rule (README, "Differences from a plain directory"): a writeback of mapped pages
-// lands only while every handle of the file opened O_RDWR holds the domain's current epoch;
-// otherwise it fails with EIO, reported by msync, fsync or close, and the refused bytes are dropped
-// from the kernel's page cache.
+// fenced. The rule (README, "Mapped files"): a writeback of mapped pages lands only while every
+// handle of the file opened O_RDWR holds the domain's current epoch; otherwise it fails with EIO,
+// reported by msync, fsync or close, and the refused bytes are dropped from the page cache.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
