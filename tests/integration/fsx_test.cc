@@ -7,8 +7,9 @@
 // the affected range (with margins) and the size are read back and compared with an in-memory
 // model; every 64 operations and at the end the whole file is compared. The same seed also runs on
 // a plain directory, which proves the model (and the final bytes must then be identical).
-// FsxMap: a quarter of the operations also read through a shared mapping of the O_RDWR handle or
-// write through a shared writable one (then msync, or munmap alone), 20,000 operations per seed.
+// FsxMapTest: a quarter of the operations also read through a shared mapping of the O_RDWR handle
+// (as fsx -W), and in a second run also write through a shared writable one (then msync, or munmap
+// alone), 20,000 operations each.
 //
 // Reproduce one seed: FENCEFS_FSX_SEED=<seed> [FENCEFS_FSX_OPS=<n>] build/fsx_test
 //   --gtest_filter='*seed1'   (the env var overrides the seed of whichever case runs)
@@ -69,9 +70,11 @@ int ops_per_seed() {
 
 class Fsx {
  public:
-  // maps: a quarter of the operations read through a shared mapping of the O_RDWR handle or
+  // maps 1: a quarter of the operations read through a shared mapping of the O_RDWR handle (fsx
+  // -W); maps 2: they also write through a shared writable one (msync or munmap), as fsx does
+  // unless told -R / -W.
   // write through one (msync or munmap), as fsx does unless told -R / -W.
-  Fsx(std::string path, uint64_t seed, int nops, bool maps = false)
+  Fsx(std::string path, uint64_t seed, int nops, int maps = 0)
       : path_(std::move(path)), seed_(seed), nops_(nops), maps_(maps), rng_(seed) {}
   ~Fsx() { close_all(); }
 
@@ -283,7 +286,7 @@ class Fsx {
     if (maps_ && rnd(4) == 0) {
       size_t off = rnd(kMaxLen);
       size_t len = 1 + rnd(std::min(kMaxIo, kMaxLen - off));
-      if (rnd(3) == 0) return mapread_rw(rnd(model_.size() + 1), len);
+      if (maps_ == 1 || rnd(3) == 0) return mapread_rw(rnd(model_.size() + 1), len);
       return mapwrite(off, len, rnd(2));
     }
     uint64_t r = rnd(100);
@@ -418,7 +421,7 @@ class Fsx {
   std::string path_;
   uint64_t seed_;
   int nops_;
-  bool maps_;
+  int maps_;
   std::mt19937_64 rng_;
   std::string model_;
   int rw_ = -1, app_ = -1, ro_ = -1;
@@ -447,7 +450,7 @@ std::string slurp(const std::string& path) {
 // Runs one exerciser in a forked child (bound through ctl when given) and returns its report:
 // "ok <stats>|<hash>|<ms>" or the failure text.
 std::string run_in_child(const std::string& path, const std::string& ctl, uint64_t seed, int nops,
-                         bool maps) {
+                         int maps) {
   int pfd[2];
   if (pipe(pfd) != 0) return "pipe failed";
   fflush(nullptr);
@@ -533,16 +536,16 @@ class FsxTest : public ::testing::TestWithParam<uint64_t> {
       fencefs::testing::sh("rm -rf '" + plain_ + "'");
     }
   }
-  void run_seed(uint64_t seed, int nops, bool maps);
+  void run_seed(uint64_t seed, int nops, int maps);
   static fencefs::testing::Mount* mount_;
   static std::string plain_, other_;
 };
 fencefs::testing::Mount* FsxTest::mount_ = nullptr;
 std::string FsxTest::plain_, FsxTest::other_;
 
-TEST_P(FsxTest, RandomOpsMatchModel) { run_seed(GetParam(), ops_per_seed(), false); }
+TEST_P(FsxTest, RandomOpsMatchModel) { run_seed(GetParam(), ops_per_seed(), 0); }
 
-void FsxTest::run_seed(uint64_t seed, int nops, bool maps) {
+void FsxTest::run_seed(uint64_t seed, int nops, int maps) {
   if (const char* v = std::getenv("FENCEFS_FSX_SEED")) seed = strtoull(v, nullptr, 10);
   ASSERT_FALSE(plain_.empty());
   static int counter = 0;
@@ -582,7 +585,10 @@ void FsxTest::run_seed(uint64_t seed, int nops, bool maps) {
   ::stat(plain_file.c_str(), &sp);
   ::stat(mnt_file.c_str(), &sm);
   EXPECT_EQ(sp.st_mode, sm.st_mode);
-  std::cout << "[ fsx      ] seed " << seed << (maps ? " (mapped I/O) " : " ")
+  std::cout << "[ fsx      ] seed " << seed
+            << (maps == 2 ? " (mapped reads, writes) "
+                : maps    ? " (mapped reads) "
+                          : " ")
             << field(fenced, 0).substr(3) << " | native " << field(native, 2) << " ms, fencefs "
             << field(fenced, 2) << " ms\n";
 }
@@ -594,22 +600,21 @@ INSTANTIATE_TEST_SUITE_P(Fsx, FsxTest, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8)
 
 // Mapped reads through the writable handle and mapped writes (msync or munmap) mixed in, 20,000
 // operations per seed: what xfstests' fsx does by default.
-class FsxMapTest : public FsxTest {};
-
-TEST_P(FsxMapTest, MappedReadsAndWritesMatchModel) {
+class FsxMapTest : public FsxTest {
+ protected:
+  static int ops() {
 #if defined(__SANITIZE_ADDRESS__)
-  constexpr int kOps = 5000;  // the sanitizer pass
+    int n = 5000;  // the sanitizer pass
 #else
-  constexpr int kOps = 20000;
+    int n = 20000;
 #endif
-  const char* v = std::getenv("FENCEFS_FSX_OPS");
-  run_seed(GetParam(), v ? std::max(1, atoi(v)) : kOps, true);
-}
+    const char* v = std::getenv("FENCEFS_FSX_OPS");
+    return v ? std::max(1, atoi(v)) : n;
+  }
+};
 
-INSTANTIATE_TEST_SUITE_P(FsxMap, FsxMapTest, ::testing::Values(101, 102),
-                         [](const ::testing::TestParamInfo<uint64_t>& info) {
-                           return "seed" + std::to_string(info.param);
-                         });
+TEST_F(FsxMapTest, MappedReadsMatchModel) { run_seed(101, ops(), 1); }
+TEST_F(FsxMapTest, MappedReadsAndWritesMatchModel) { run_seed(102, ops(), 2); }
 
 }  // namespace
 }  // namespace fencefs::fsx
