@@ -47,7 +47,7 @@ class PageCache {
   void stop();
 
   // A handle that may map the file shared and writable (opened O_RDWR). It stays tracked until it
-  // is destroyed; if it was superseded by then, the inode's pages are dropped before it leaves.
+  // is destroyed; if it was superseded by then, leaving requests a drop of the inode's pages.
   void track(Handle& h, fuse_ino_t ino);
   void untrack(Handle& h);
 
