@@ -71,10 +71,12 @@ static Handle* new_handle(int fd, Inode& i, Domain* d, Epoch token, bool writabl
 }
 
 static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
-  // Every handle uses the page cache, so files can be mapped shared. Without the writeback cache a
-  // write(2) still reaches the daemon at once as a WRITE of its own handle; writeback of mapped
-  // pages is judged by PageCache. keep_cache=0: each open drops what the kernel cached of the file.
-  fi->direct_io = 0;
+  // Handles that can map the file use the page cache. Without the writeback cache a write(2)
+  // still reaches the daemon at once as a WRITE of its own handle; writeback of mapped pages is
+  // judged by PageCache. O_WRONLY handles cannot be mapped and bypass the cache: their writes
+  // cost no copy and no security.capability lookup (a GETXATTR) per write(2).
+  // keep_cache=0: each open drops what the kernel cached of the file.
+  fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
   fi->keep_cache = 0;
   Handle& h = *handle_of(fi);
   if (writable && (fi->flags & O_ACCMODE) == O_RDWR) f.pagecache.track(h, f.ino_of(h.inode));

@@ -1,11 +1,12 @@
 // Shared mappings and the kernel's page cache.
 //
 // Without the writeback cache the kernel's FUSE client sends every write(2) as a WRITE of the
-// writer's own handle, from the writer's thread. Pages dirtied through a shared writable mapping
-// are written back later as WRITEs marked `writepage` that carry some mapped, writable handle of
-// the inode, not the dirtier's: a page does not remember who dirtied it. So such a WRITE presents
-// the lowest token among every handle of the inode that could have mapped it writable (O_RDWR):
-// it lands only while all of them hold the current epoch.
+// writer's own handle, from the writer's thread, also for handles that use the page cache (those
+// opened for reading and writing, which can be mapped). Pages dirtied through a shared writable
+// mapping are written back later as WRITEs marked `writepage` that carry some mapped, writable
+// handle of the inode, not the dirtier's: a page does not remember who dirtied it. So such a
+// WRITE presents the lowest token among every handle of the inode that could have mapped it
+// writable (O_RDWR): it lands only while all of them hold the current epoch.
 //
 // Bytes the daemon refuses stay behind in the kernel's cache (a refused write(2) has already been
 // copied there, a refused writeback leaves its pages clean), where a later writeback by the owner
