@@ -173,8 +173,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 
 // A write by a caller without CAP_FSETID clears set-user-ID, and set-group-ID when the group may
 // execute or the caller is not in the file's group, as the kernel does natively. The kernel sends
-// a (fenced) setattr for that before a cached write; this covers any write it did not, since the
-// daemon itself writes as root, which would keep them.
+// a (fenced) setattr for that before a cached write, not before a direct one (O_WRONLY handles);
+// the daemon itself writes as root, which would keep them.
 static void drop_privs(fuse_req_t req, Handle& h) {
   if (h.privs_checked.exchange(true)) return;
   const fuse_ctx* c = fuse_req_ctx(req);
