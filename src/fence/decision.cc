@@ -37,7 +37,8 @@ Decision decide(const Request& r) {
                       "'bind DOMAIN TOKEN' to .fencefs/ctl)");
       return refuse(v, EINVAL, Reason::Malformed, "no token");
     case Verdict::Stale:
-      // A stale token is refused when it is bound, not only at the first write it would make.
+      // A bound or rebound token may be stale: the mutations presenting it are refused.
+      if (!mutation && !advance) break;
       return refuse(v, ESTALE, Reason::Stale,
                     fmt::format("stale token {} < epoch {}", r.token, r.epoch));
     case Verdict::TooFar:

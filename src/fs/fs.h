@@ -18,6 +18,7 @@
 #include "fence/stamp.h"
 #include "fs/fd_budget.h"
 #include "fs/node_table.h"
+#include "fs/pagecache.h"
 
 namespace fencefs::fs {
 
@@ -66,6 +67,7 @@ struct Inode {
 std::mutex& inode_mutex(const Inode& i);
 
 struct Handle {
+  ~Handle();
   int fd = -1;
   Inode* inode = nullptr;
   Domain* domain = nullptr;
@@ -76,6 +78,7 @@ struct Handle {
   std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
   uid_t charged_uid = 0;                   // whose FdBudget share holds this handle
   bool charged = false;
+  PageCache* tracker = nullptr;  // set while it may write through a shared mapping
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;
   std::string content;
@@ -139,6 +142,9 @@ class Fs {
 
   std::string proc_path(int fd) const;  // "/proc/self/fd/N"
   bool is_state_name(Inode& parent, const char* name) const;
+
+  // Writable handles that may map their file shared, and the cached pages of refused writes.
+  PageCache pagecache;
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;

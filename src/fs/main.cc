@@ -428,6 +428,7 @@ int main(int argc, char* argv[]) {
   fuse_daemonize(copts.foreground);
   highwater.start();
   fs::drop_resource_override();  // before the workers start: they inherit it
+  filesystem.pagecache.start(se);
 
   int ret;
   if (copts.singlethread) {
@@ -439,6 +440,7 @@ int main(int argc, char* argv[]) {
     ret = fuse_session_loop_mt(se, lc);
     fuse_loop_cfg_destroy(lc);
   }
+  filesystem.pagecache.stop();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);

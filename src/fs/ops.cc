@@ -5,8 +5,12 @@ namespace fencefs::fs {
 namespace {
 
 void op_init(void* userdata, fuse_conn_info* conn) {
-  // Never the writeback cache: it would let writes reach the disk without passing the fence.
+  // Never the writeback cache: write(2) would then land through writeback with some handle of the
+  // file, not the writer's. Without it every write(2) is a WRITE of its own handle (write-through).
   conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  // Cached pages of a file are dropped when its size or mtime changed behind the kernel's back
+  // (another daemon on the same BACKING): files are cached by every handle, writable ones too.
+  if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
   // Clearing set-id bits on write stays with the kernel, which sends a (fenced) setattr.
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;

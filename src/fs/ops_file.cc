@@ -38,22 +38,12 @@ int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
 // handle is refused for good, like a superseded one; opening the file again binds it anew.
 static int refuse_moved(fuse_req_t req, Handle& h, Domain& now, const char* opname) {
   Fs& f = fs(req);
-  audit::Event e;
-  e.op = opname;
-  e.decision = "refused";
-  e.reason = fence::reason_name(fence::Reason::Stale);
-  e.domain = now.path;
-  e.path = f.fence().describe({h.fd, nullptr});
-  e.token = std::to_string(h.token.load());
-  e.epoch_before = e.epoch_after = now.epoch.load();
-  e.err = ESTALE;
-  e.message =
-      fmt::format("handle opened in domain {}; the file is in domain {} now: open it again there",
-                  h.domain->path, now.path);
-  if (f.fence().audit(std::move(e), f.caller(req)) != audit::Log::Outcome::kRepeat)
-    now.refused[static_cast<int>(fence::Reason::Stale)].fetch_add(1, std::memory_order_relaxed);
+  std::string tok = std::to_string(h.token.load());
   h.stale = true;
-  return ESTALE;
+  return f.fence().refuse(
+      f.caller(req), {opname, &now, {}, tok, {h.fd, nullptr}}, fence::Reason::Stale, ESTALE,
+      fmt::format("handle opened in domain {}; the file is in domain {} now: open it again there",
+                  h.domain->path, now.path));
 }
 
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out) {
@@ -69,6 +59,27 @@ int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission
     *out = fence::Admission();
     return refuse_moved(req, h, now, opname);
   }
+  if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
+  h.dirty.store(true, std::memory_order_relaxed);
+  return 0;
+}
+
+// Dirty pages of a shared mapping are written back with some mapped handle of the inode, not the
+// dirtier's: the write presents the lowest token among all of them (see PageCache).
+static int admit_writeback(fuse_req_t req, Handle& h, fence::Admission* out) {
+  Fs& f = fs(req);
+  if (Domain& now = f.domain_of(*h.inode); &now != h.domain) {
+    refuse_moved(req, h, now, "writeback");
+    return EIO;
+  }
+  fence::Op op{"writeback", {h.fd, nullptr}, {}};
+  Epoch token = 0;
+  const char* why = "";
+  if (int err = f.pagecache.writeback_token(*h.inode, *h.domain, &token, &why))
+    return f.fence().refuse(f.caller(req), {op.name, h.domain, {}, {}, op.target},
+                            fence::Reason::Stale, err, why);
+  if (f.fence().admit(*h.domain, token, 0, f.caller(req), op, out) != 0)
+    return EIO;  // reported by msync, fsync or close of the mapping's file
   if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
   h.dirty.store(true, std::memory_order_relaxed);
   return 0;
@@ -90,10 +101,15 @@ static Handle* new_handle(fuse_req_t req, int fd, Inode& i, Domain* d, Epoch tok
 }
 
 static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
-  // Handles that may write bypass the page cache: every write reaches the daemon, and shared
-  // writable mmap is refused by the kernel (ENODEV), since its writeback could not be fenced.
-  fi->direct_io = writable;
+  // Handles that can map the file use the page cache. Without the writeback cache a write(2)
+  // still reaches the daemon at once as a WRITE of its own handle; writeback of mapped pages is
+  // judged by PageCache. O_WRONLY handles cannot be mapped and bypass the cache: their writes
+  // cost no copy and no security.capability lookup (a GETXATTR) per write(2).
+  // keep_cache=0: each open drops what the kernel cached of the file.
+  fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
   fi->keep_cache = 0;
+  Handle& h = *handle_of(fi);
+  if (writable && (fi->flags & O_ACCMODE) == O_RDWR) f.pagecache.track(h, f.ino_of(h.inode));
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
@@ -253,8 +269,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 }
 
 // A write by a caller without CAP_FSETID clears set-user-ID, and set-group-ID when the group may
-// execute or the caller is not in the file's group, as the kernel does natively. The kernel
-// leaves this to us for direct I/O; the daemon itself writes as root, which would keep them.
+// execute or the caller is not in the file's group, as the kernel does natively. The kernel sends
+// a (fenced) setattr for that before a cached write, not before a direct one (O_WRONLY handles);
+// the daemon itself writes as root, which would keep them.
 static void drop_privs(fuse_req_t req, Handle& h) {
   if (h.privs_checked.exchange(true)) return;
   const fuse_ctx* c = fuse_req_ctx(req);
@@ -278,17 +295,23 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
               fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
   if (h.inode->kind != Kind::Real) return ctl_write(req, h, data, size);
+  Fs& f = fs(req);
   fence::Admission a;
-  int err = admit_handle(req, h, "write", &a);
-  if (err) return (void)fuse_reply_err(req, err);
-  drop_privs(req, h);
-  ssize_t n;
-  {
-    ChargedTo charged(req);
-    n = pwrite(h.fd, data, size, off);
+  int err = fi->writepage ? admit_writeback(req, h, &a) : admit_handle(req, h, "write", &a);
+  if (!err) {
+    drop_privs(req, h);
+    ssize_t n;
+    {
+      ChargedTo charged(req);
+      n = pwrite(h.fd, data, size, off);
+    }
+    if (n >= 0) return (void)fuse_reply_write(req, static_cast<size_t>(n));
+    err = errno;
   }
-  if (n < 0) return (void)fuse_reply_err(req, errno);
-  fuse_reply_write(req, static_cast<size_t>(n));
+  // The kernel already holds the refused bytes in its page cache: drop them before anything could
+  // write them back or read them (queued before the reply, so nothing is admitted in between).
+  f.pagecache.refused(*h.inode, ino);
+  fuse_reply_err(req, err);
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {

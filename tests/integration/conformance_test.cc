@@ -18,12 +18,11 @@
 //     kernel's FUSE_TMPFILE request is answered ENOSYS and the kernel reports EOPNOTSUPP (the
 //     documented fallback glibc/tools use: create a named file, then rename). Test:
 //     Conformance.TmpfileWithLinkat.
-//  D2 Shared writable mmap of a file opened for writing -> ENODEV, by design: writes through such
-//     a mapping would reach the page cache without a WRITE request the daemon could fence (the
-//     contract allows refusing them with a documented errno). Any MAP_SHARED mapping of a handle
-//     opened for writing is refused the same way, even PROT_READ (the kernel cannot tell whether it
-//     will be mprotect()ed writable later). MAP_SHARED on an O_RDONLY handle and MAP_PRIVATE on any
-//     handle work, and see later writes. Test: Conformance.MmapDocumented.
+//  D2 For a current holder, shared mappings of writable handles work as natively
+//  (Conformance.Mmap).
+//     The difference is a superseded holder's: while any O_RDWR handle of the file holds an older
+//     token, writes through a shared mapping of the file fail with EIO (msync/fsync/close), the
+//     owner's too. Tests: tests/integration/mmap_test.cc.
 //  D3 fallocate FALLOC_FL_COLLAPSE_RANGE / FALLOC_FL_INSERT_RANGE -> EOPNOTSUPP. The kernel's FUSE
 //     client only forwards KEEP_SIZE, PUNCH_HOLE and ZERO_RANGE (fs/fuse/file.c); ext4 supports
 //     the other two natively. Test: Conformance.FallocateCollapseInsertDocumented.
@@ -1867,8 +1866,8 @@ TEST(Conformance, FileLocks) {
   EXPECT_CONFORMS(r);
 }
 
-// D2
-TEST(Conformance, MmapDocumented) {
+// Shared and private mappings of read-only and writable handles, as natively (formerly D2).
+TEST(Conformance, Mmap) {
   auto r = run([](Ctx& x) {
     std::string data = pattern(3 * 4096 + 100, 7);
     put(x, "f", data);
@@ -1901,39 +1900,30 @@ TEST(Conformance, MmapDocumented) {
       x.check("read-only mapping sees a later write",
               memcmp(static_cast<char*>(m1) + 4096, "UPDATED", 7) == 0);
     }
-    x.scope("doc:shared-writable");
+    void* m6 = ::mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, rw, 0);
+    x.note("mmap MAP_SHARED PROT_READ on O_RDWR", m6 == MAP_FAILED ? errname(errno) : "ok");
     void* m5 = ::mmap(nullptr, data.size(), PROT_READ | PROT_WRITE, MAP_SHARED, rw, 0);
     x.note("mmap MAP_SHARED rw on O_RDWR", m5 == MAP_FAILED ? errname(errno) : "ok");
     if (m5 != MAP_FAILED) {
       memcpy(m5, "SHARED", 6);
-      ::msync(m5, data.size(), MS_SYNC);
+      if (m1 != MAP_FAILED) x.check("other mappings see it", memcmp(m1, "SHARED", 6) == 0);
+      if (m6 != MAP_FAILED) x.check("the read mapping sees it", memcmp(m6, "SHARED", 6) == 0);
+      x.note("msync", ::msync(m5, data.size(), MS_SYNC) == 0 ? "ok" : errname(errno));
+      memcpy(static_cast<char*>(m5) + 2 * 4096, "UNMAPPED", 8);  // written back at munmap
       ::munmap(m5, data.size());
     }
-    void* m6 = ::mmap(nullptr, data.size(), PROT_READ, MAP_SHARED, rw, 0);
-    x.note("mmap MAP_SHARED PROT_READ on O_RDWR", m6 == MAP_FAILED ? errname(errno) : "ok");
+    char buf[8] = {};
+    R(::pread(ro, buf, 6, 0));
+    x.check("a read sees the mapped write", memcmp(buf, "SHARED", 6) == 0);
     if (m6 != MAP_FAILED) ::munmap(m6, data.size());
-    x.scope("");
     if (m1 != MAP_FAILED) ::munmap(m1, data.size());
-    ::close(rw);
+    x.note("close rw", ::close(rw) == 0 ? "ok" : errname(errno));
     ::close(ro);
-    x.scope("doc:shared-writable");
     x.content("f");
   });
-  auto doc = [](const std::string& w) { return w.rfind("[doc:shared-writable]", 0) == 0; };
-  std::string d = diff(r, doc, {"f"});
-  EXPECT_TRUE(d.empty()) << d;
-  EXPECT_EQ(r.native.get("MAP_SHARED rw on O_RDWR"), "ok");
-  std::string f = r.fenced.get("MAP_SHARED rw on O_RDWR");
-  if (f != "ok") {
-    EXPECT_EQ(f, "ENODEV") << "documented difference D2";
-    // nothing reached the file: it holds the pwrite only
-    std::string nat = r.native.get("[doc:shared-writable] content f");
-    EXPECT_NE(r.fenced.get("[doc:shared-writable] content f"), nat);
-  }
-  std::string f2 = r.fenced.get("MAP_SHARED PROT_READ on O_RDWR");
-  if (f2 != "ok") {
-    EXPECT_EQ(f2, "ENODEV") << "documented difference D2 (any shared map of a writable handle)";
-  }
+  EXPECT_CONFORMS(r);
+  EXPECT_EQ(r.fenced.get("MAP_SHARED rw on O_RDWR"), "ok");
+  EXPECT_EQ(r.fenced.get("MAP_SHARED PROT_READ on O_RDWR"), "ok");
 }
 
 // D1

@@ -7,6 +7,9 @@
 // the affected range (with margins) and the size are read back and compared with an in-memory
 // model; every 64 operations and at the end the whole file is compared. The same seed also runs on
 // a plain directory, which proves the model (and the final bytes must then be identical).
+// FsxMapTest: a quarter of the operations also read through a shared mapping of the O_RDWR handle
+// (as fsx -W), and in a second run also write through a shared writable one (then msync, or munmap
+// alone), 20,000 operations each.
 //
 // Reproduce one seed: FENCEFS_FSX_SEED=<seed> [FENCEFS_FSX_OPS=<n>] build/fsx_test
 //   --gtest_filter='*seed1'   (the env var overrides the seed of whichever case runs)
@@ -67,8 +70,12 @@ int ops_per_seed() {
 
 class Fsx {
  public:
-  Fsx(std::string path, uint64_t seed, int nops)
-      : path_(std::move(path)), seed_(seed), nops_(nops), rng_(seed) {}
+  // maps 1: a quarter of the operations read through a shared mapping of the O_RDWR handle (fsx
+  // -W); maps 2: they also write through a shared writable one (msync or munmap), as fsx does
+  // unless told -R / -W.
+  // write through one (msync or munmap), as fsx does unless told -R / -W.
+  Fsx(std::string path, uint64_t seed, int nops, int maps = 0)
+      : path_(std::move(path)), seed_(seed), nops_(nops), maps_(maps), rng_(seed) {}
   ~Fsx() { close_all(); }
 
   // "" on success, else a report.
@@ -230,7 +237,58 @@ class Fsx {
     return mmap_check(0, model_.size(), false) && mmap_check(0, model_.size(), true);
   }
 
+  // Reads a range through a shared mapping of the writable handle.
+  bool mapread_rw(size_t off, size_t len) {
+    logop("mapread_rw off=" + std::to_string(off) + " len=" + std::to_string(len));
+    if (model_.empty()) return true;
+    void* m = ::mmap(nullptr, model_.size(), PROT_READ, MAP_SHARED, rw_, 0);
+    if (m == MAP_FAILED) {
+      fail("mmap MAP_SHARED PROT_READ of the O_RDWR handle: " + errname(errno));
+      return false;
+    }
+    off = std::min(off, model_.size());
+    len = std::min(len, model_.size() - off);
+    std::string got(static_cast<char*>(m) + off, len);
+    ::munmap(m, model_.size());
+    return compare(got, off, "mmap read through the O_RDWR handle");
+  }
+
+  // Writes through a shared writable mapping, extending the file first if needed (as fsx).
+  bool mapwrite(size_t off, size_t len, bool sync) {
+    std::string data = random_bytes(len);
+    logop(std::string(sync ? "mapwrite_msync" : "mapwrite_munmap") + " off=" + std::to_string(off) +
+          " len=" + std::to_string(len));
+    if (off + len > model_.size()) {
+      if (::ftruncate(rw_, off + len) != 0) {
+        fail("mapwrite: ftruncate: " + errname(errno));
+        return false;
+      }
+      model_.resize(off + len, '\0');
+    }
+    size_t pg = off & ~static_cast<size_t>(4095);
+    size_t maplen = off - pg + len;
+    void* m = ::mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_SHARED, rw_, pg);
+    if (m == MAP_FAILED) {
+      fail("mmap MAP_SHARED PROT_WRITE: " + errname(errno));
+      return false;
+    }
+    memcpy(static_cast<char*>(m) + (off - pg), data.data(), len);
+    if (sync && ::msync(m, maplen, MS_SYNC) != 0) {
+      fail("msync: " + errname(errno));
+      return false;
+    }
+    ::munmap(m, maplen);
+    model_.replace(off, len, data);
+    return verify_around(off, len, "mapwrite");
+  }
+
   bool step() {
+    if (maps_ && rnd(4) == 0) {
+      size_t off = rnd(kMaxLen);
+      size_t len = 1 + rnd(std::min(kMaxIo, kMaxLen - off));
+      if (maps_ == 1 || rnd(3) == 0) return mapread_rw(rnd(model_.size() + 1), len);
+      return mapwrite(off, len, rnd(2));
+    }
     uint64_t r = rnd(100);
     size_t size = model_.size();
     if (r < 26) {  // pwrite
@@ -363,6 +421,7 @@ class Fsx {
   std::string path_;
   uint64_t seed_;
   int nops_;
+  int maps_;
   std::mt19937_64 rng_;
   std::string model_;
   int rw_ = -1, app_ = -1, ro_ = -1;
@@ -390,7 +449,8 @@ std::string slurp(const std::string& path) {
 
 // Runs one exerciser in a forked child (bound through ctl when given) and returns its report:
 // "ok <stats>|<hash>|<ms>" or the failure text.
-std::string run_in_child(const std::string& path, const std::string& ctl, uint64_t seed, int nops) {
+std::string run_in_child(const std::string& path, const std::string& ctl, uint64_t seed, int nops,
+                         int maps) {
   int pfd[2];
   if (pipe(pfd) != 0) return "pipe failed";
   fflush(nullptr);
@@ -408,7 +468,7 @@ std::string run_in_child(const std::string& path, const std::string& ctl, uint64
       if (!bound) out = "bind failed: " + errname(err);
     }
     if (bound) {
-      Fsx fsx(path, seed, nops);
+      Fsx fsx(path, seed, nops, maps);
       auto t0 = std::chrono::steady_clock::now();
       std::string err = fsx.run();
       auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -475,16 +535,17 @@ class FsxTest : public ::testing::TestWithParam<uint64_t> {
       fencefs::testing::sh("rm -rf '" + plain_ + "'");
     }
   }
+  void run_seed(uint64_t seed, int nops, int maps);
   static fencefs::testing::Mount* mount_;
   static std::string plain_, other_;
 };
 fencefs::testing::Mount* FsxTest::mount_ = nullptr;
 std::string FsxTest::plain_, FsxTest::other_;
 
-TEST_P(FsxTest, RandomOpsMatchModel) {
-  uint64_t seed = GetParam();
+TEST_P(FsxTest, RandomOpsMatchModel) { run_seed(GetParam(), ops_per_seed(), 0); }
+
+void FsxTest::run_seed(uint64_t seed, int nops, int maps) {
   if (const char* v = std::getenv("FENCEFS_FSX_SEED")) seed = strtoull(v, nullptr, 10);
-  int nops = ops_per_seed();
   ASSERT_FALSE(plain_.empty());
   static int counter = 0;
   std::string name = "seed" + std::to_string(seed) + "-" + std::to_string(counter++);
@@ -498,8 +559,8 @@ TEST_P(FsxTest, RandomOpsMatchModel) {
     mnt_file = backing_file = other_ + "/" + name;
   }
   std::string plain_file = plain_ + "/" + name;
-  std::string native = run_in_child(plain_file, "", seed, nops);
-  std::string fenced = run_in_child(mnt_file, ctl, seed, nops);
+  std::string native = run_in_child(plain_file, "", seed, nops, maps);
+  std::string fenced = run_in_child(mnt_file, ctl, seed, nops, maps);
   ASSERT_EQ(native.rfind("ok ", 0), 0u)
       << "the model itself failed on a plain dir (seed " << seed << "):\n"
       << native;
@@ -523,14 +584,36 @@ TEST_P(FsxTest, RandomOpsMatchModel) {
   ::stat(plain_file.c_str(), &sp);
   ::stat(mnt_file.c_str(), &sm);
   EXPECT_EQ(sp.st_mode, sm.st_mode);
-  std::cout << "[ fsx      ] seed " << seed << " " << field(fenced, 0).substr(3) << " | native "
-            << field(native, 2) << " ms, fencefs " << field(fenced, 2) << " ms\n";
+  std::cout << "[ fsx      ] seed " << seed
+            << (maps == 2 ? " (mapped reads, writes) "
+                : maps    ? " (mapped reads) "
+                          : " ")
+            << field(fenced, 0).substr(3) << " | native " << field(native, 2) << " ms, fencefs "
+            << field(fenced, 2) << " ms\n";
 }
 
 INSTANTIATE_TEST_SUITE_P(Fsx, FsxTest, ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8),
                          [](const ::testing::TestParamInfo<uint64_t>& info) {
                            return "seed" + std::to_string(info.param);
                          });
+
+// Mapped reads through the writable handle and mapped writes (msync or munmap) mixed in, 20,000
+// operations per seed: what xfstests' fsx does by default.
+class FsxMapTest : public FsxTest {
+ protected:
+  static int ops() {
+#if defined(__SANITIZE_ADDRESS__)
+    int n = 5000;  // the sanitizer pass
+#else
+    int n = 20000;
+#endif
+    const char* v = std::getenv("FENCEFS_FSX_OPS");
+    return v ? std::max(1, atoi(v)) : n;
+  }
+};
+
+TEST_F(FsxMapTest, MappedReadsMatchModel) { run_seed(101, ops(), 1); }
+TEST_F(FsxMapTest, MappedReadsAndWritesMatchModel) { run_seed(102, ops(), 2); }
 
 }  // namespace
 }  // namespace fencefs::fsx

@@ -6,7 +6,8 @@
 #
 # Mounts fencefs on a fresh BACKING in /tmp and always unmounts (trap). Then:
 #  1. current epoch: every job (cp -a, tar c/x, rsync -a, sed -i, git init/add/commit/gc, sqlite3
-#     10,000 rows + integrity_check, shell > and >>, a logrotate-style rename chain) runs under
+#     10,000 rows + integrity_check, the same with PRAGMA mmap_size, LMDB mdb_load of 10,000 keys
+#     read back with mdb_dump and mdb_stat, shell > and >>, a logrotate-style rename chain) runs under
 #     `fencectl run --token <current epoch>` in the mount and, unbound, in a plain directory on the
 #     same filesystem. Each must exit 0 and leave the same tree (paths, types, modes, owners, sizes,
 #     link counts, symlink targets, content hashes, user xattrs; mtimes where the tool preserves
@@ -101,6 +102,48 @@ SQL
 }
 job_sqlite_stale() { sqlite3 -bail "$1/db.sqlite" "INSERT INTO t(v, n) VALUES ('stale', 1);"; }
 
+# sqlite reading its database through a shared mapping while it writes it with pwrite. The last
+# PRAGMA prints the mapping size in effect: sqlite turns it to 0 when mmap fails.
+job_sqlite_mmap() {
+  mkdir -p "$1"
+  sqlite3 -bail "$1/mm.sqlite" <<'SQL'
+PRAGMA mmap_size=268435456;
+CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL, n REAL);
+CREATE INDEX t_v ON t(v);
+BEGIN;
+WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000)
+INSERT INTO t SELECT x, 'row-' || x, x * 0.5 FROM c;
+COMMIT;
+UPDATE t SET n = n + 1 WHERE id % 100 = 0;
+PRAGMA integrity_check;
+SELECT count(*), sum(n) FROM t;
+PRAGMA mmap_size;
+SQL
+}
+job_sqlite_mmap_stale() {
+  sqlite3 -bail "$1/mm.sqlite" "PRAGMA mmap_size=268435456; INSERT INTO t(v, n) VALUES ('stale', 1);"
+}
+
+# LMDB maps its data file shared (and its lock file shared and writable). Input in mdb_dump's
+# format: keys FROM..TO.
+lmdb_input() {
+  awk -v from="$1" -v to="$2" 'BEGIN {
+    print "VERSION=3"; print "format=print"; print "type=btree"; print "mapsize=67108864"
+    print "maxreaders=126"; print "HEADER=END"
+    for (i = from; i <= to; i++) printf " key%06d\n value-%06d-fencefs-lmdb\n", i, i
+    print "DATA=END" }'
+}
+job_lmdb() {
+  mkdir -p "$1/env"
+  lmdb_input 1 10000 | mdb_load "$1/env"
+  # read back: every key and value, in order
+  diff <(lmdb_input 1 10000 | sed -n '/^HEADER=END$/,$p') \
+    <(mdb_dump -p "$1/env" | sed -n '/^HEADER=END$/,$p')
+  mdb_stat "$1/env"
+  rm "$1/env/lock.mdb"  # reader slots of the last process: not comparable, recreated at open
+}
+job_lmdb_stale() { lmdb_input 10001 10100 | mdb_load "$1/env"; }
+
 job_shell() {
   mkdir -p "$1"
   echo "one" >"$1/out.txt"
@@ -142,7 +185,7 @@ job_logrotate_stale() {
   mv log.2 log.4
 }
 
-JOBS=(cp_a tar rsync sed git sqlite shell logrotate)
+JOBS=(cp_a tar rsync sed git sqlite sqlite_mmap lmdb shell logrotate)
 
 if [ "${1:-}" = "--job" ]; then
   name=$2
@@ -167,7 +210,7 @@ if [ -z "$SELFTEST" ]; then
     [ -x "$b" ] || { echo "missing $b"; echo "0 passed, 1 failed"; exit 1; }
   done
 fi
-for t in cp tar rsync sed git sqlite3 gzip getfattr setfattr fusermount3; do
+for t in cp tar rsync sed git sqlite3 mdb_load mdb_dump mdb_stat gzip getfattr setfattr fusermount3; do
   command -v "$t" >/dev/null || { echo "missing tool: $t"; echo "0 passed, 1 failed"; exit 1; }
 done
 
@@ -384,6 +427,13 @@ done
 grep -qx ok "$LOGS/sqlite.mnt.out" && grep -qx '10000|25002500.0' "$LOGS/sqlite.mnt.out" &&
   pass "sqlite3: integrity_check ok, 10000 rows" ||
   fail "sqlite3 output: $(cat "$LOGS/sqlite.mnt.out" 2>/dev/null)"
+grep -qx ok "$LOGS/sqlite_mmap.mnt.out" && grep -qx '10000|25002600.0' "$LOGS/sqlite_mmap.mnt.out" &&
+  grep -qx 268435456 "$LOGS/sqlite_mmap.mnt.out" &&
+  pass "sqlite3 with mmap_size=268435456: the mapping stayed in use, integrity_check ok, 10000 rows" ||
+  fail "sqlite3 mmap output: $(cat "$LOGS/sqlite_mmap.mnt.out" 2>/dev/null)"
+grep -qx '  Entries: 10000' "$LOGS/lmdb.mnt.out" &&
+  pass "lmdb: mdb_load of 10000 keys, mdb_dump reads them back, mdb_stat counts them" ||
+  fail "lmdb output: $(cat "$LOGS/lmdb.mnt.out" 2>/dev/null) $(head -c 300 "$LOGS/lmdb.mnt.err" 2>/dev/null)"
 [ "$(grep -c '^[0-9a-f]\{40\} [0-9a-f]\{40\} ' "$LOGS/git.mnt.out" 2>/dev/null)" = 2 ] &&
   pass "git: two commits with identical ids and trees" ||
   fail "git log output: $(cat "$LOGS/git.mnt.out" 2>/dev/null)"
