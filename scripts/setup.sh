@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # Build: compiler, libraries. Test: tools the integration tests drive as legacy jobs.
 PKGS=(
   build-essential cmake pkg-config git
-  libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev
+  libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev libmount-dev libsystemd-dev
   attr rsync sqlite3 tar fio fiu-utils libfiu-dev
   clang libclang-rt-14-dev util-linux procps python3
 )

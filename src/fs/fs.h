@@ -71,8 +71,9 @@ struct Handle {
 struct Options {
   std::string backing;  // canonical
   std::string state_dir;
-  double timeout = 5.0;  // entry and attribute cache, seconds: sound since all changes pass here
-  bool stamps = true;    // the backing supports trusted.* xattrs
+  std::string mountpoint;  // canonical
+  double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
+  bool stamps = true;      // the backing supports trusted.* xattrs
 };
 
 class Fs {
