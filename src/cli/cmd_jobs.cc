@@ -27,12 +27,7 @@ std::string errname(int err) {
 
 std::string need_mount(const std::string& m) {
   if (m.empty()) usage_error("--mount M is required");
-  std::string root = find_mount(m);
-  if (root.empty()) {
-    fail(m + " is not a fencefs mount (no .fencefs/ctl)");
-    exit(1);
-  }
-  return root;
+  return mount_or_exit(m, "");
 }
 
 bool resolve_user(const std::string& spec, uid_t* uid, gid_t* gid, std::string* name) {
@@ -192,14 +187,11 @@ int cmd_domain(const Args& args) {
   }
   char real[PATH_MAX];
   if (!realpath(path.c_str(), real)) {
+    if (errno == ENOTCONN) mount_or_exit(path, "domain add");
     fail("domain add: " + path + ": " + strerror(errno));
     return 1;
   }
-  std::string root = find_mount(mount.empty() ? std::string(real) : mount);
-  if (root.empty()) {
-    fail("domain add: " + path + " is not inside a fencefs mount");
-    return 1;
-  }
+  std::string root = mount_or_exit(mount.empty() ? std::string(real) : mount, "domain add");
   std::string rel = std::string(real).substr(root == "/" ? 0 : root.size());
   if (rel.empty()) {
     fail("domain add: the mount root is always a domain");

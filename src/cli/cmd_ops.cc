@@ -772,11 +772,7 @@ int cmd_audit(const Args& args) {
   }
   if (mount.empty() == state.empty()) usage_error("audit: give --mount M or --state DIR");
   if (!mount.empty()) {
-    std::string root = find_mount(mount);
-    if (root.empty()) {
-      fail("audit: " + mount + " is not a fencefs mount (no .fencefs/ctl)");
-      return 2;
-    }
+    std::string root = mount_or_exit(mount, "audit");
     auto st = mount_status(root);
     const json::Value* s = st ? st->get("state") : nullptr;
     if (!s || s->type != json::Value::Type::String) {

@@ -405,6 +405,28 @@ int main(int argc, char* argv[]) {
   fopts.state_dir = state;
   fopts.mountpoint = mnt;
 
+  // Lost state over stamped files would silently reopen old epochs: refuse unless told.
+  journal::FileLayer& files = journal::posix_file_layer();
+  bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  uint64_t init_floor = 0;
+  if (maybe_fresh) {
+    uint64_t stamped = 0;
+    int rfd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    uint64_t highest = rfd >= 0 ? max_stamp(rfd, 0, &stamped) : 0;
+    fence::HighWater probe(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    for (auto& [path, e] : probe.load()) {
+      highest = std::max(highest, e);
+      stamped++;
+    }
+    if (stamped > 0 && !a.init)
+      die(fmt::format(
+          "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
+          "the state was lost, moved or not restored. Restore it, point state= at "
+          "it, or pass --init to start anew with every domain at epoch {}",
+          state, stamped, backing, highest, highest));
+    init_floor = highest;
+  }
+
   // libfuse's own options, checked on a session that is thrown away.
   std::string mopts = "allow_other,default_permissions,fsname=" + backing + ",subtype=fencefs";
   fuse_opt_add_arg(&args, "-o");
@@ -443,27 +465,9 @@ int main(int argc, char* argv[]) {
     log::warn("backing {} was last served by {}, which is gone{}", backing, prev->describe(),
               a.takeover ? " (takeover)" : "");
 
-  // Lost state over stamped files would silently reopen old epochs: refuse unless told.
-  journal::FileLayer& files = journal::posix_file_layer();
+  // The lock makes the state ours: only now is "no state yet" settled.
   bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
-  uint64_t init_floor = 0;
-  if (fresh) {
-    uint64_t stamped = 0;
-    int rfd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    uint64_t highest = rfd >= 0 ? max_stamp(rfd, 0, &stamped) : 0;
-    fence::HighWater probe(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    for (auto& [path, e] : probe.load()) {
-      highest = std::max(highest, e);
-      stamped++;
-    }
-    if (stamped > 0 && !a.init)
-      die(fmt::format(
-          "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
-          "the state was lost, moved or not restored. Restore it, point state= at "
-          "it, or pass --init to start anew with every domain at epoch {}",
-          state, stamped, backing, highest, highest));
-    init_floor = highest;
-  }
+  if (fresh && !maybe_fresh) die(fmt::format("the state in {} disappeared while mounting", state));
 
   journal::Options jopts;
   jopts.create_if_missing = fresh;

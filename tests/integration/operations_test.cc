@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -98,6 +99,32 @@ int write_as(const Mount& m, uint64_t token, const std::string& rel, const std::
     return err;
   });
 }
+
+// Files, sizes and modification times below DIR (the state included): what a refused mount
+// must leave exactly as it was.
+std::string listing(const std::string& dir) {
+  return sh_out("cd '" + dir + "' 2>/dev/null && find . -printf '%p %y %s %T@\\n' | sort");
+}
+
+// Waits (up to 20 s) until FILE contains TEXT.
+bool wait_for_text(const std::string& file, const std::string& text) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (slurp(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A temporary directory outside every mount, removed at the end of the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/fencefs-ops-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { sh("rm -rf '" + path + "'"); }
+};
 
 }  // namespace
 
@@ -198,4 +225,282 @@ TEST(OneDaemon, MarkerOfALiveProcessOnThisHostRefuses) {
   Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
   EXPECT_EQ(r.status, 1) << r.out;
   EXPECT_NE(r.out.find("still running"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options are checked before anything is created, locked, recorded or mounted.
+
+TEST(Options, MalformedOptionsAreRefusedAndLeaveNoTrace) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 2, "f", "data"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  std::string fresh = make_dir(m, "fresh");  // a backing never mounted: no .fencefs yet
+  std::string before = listing(m.backing()) + listing(m.mnt()) + listing(fresh);
+  std::string newstate = m.root() + "/newstate";
+  const std::vector<std::string> bad = {
+      "timeout=abc",      "timeout=-3",           "timeout=",
+      "timeout=1e9",      "timeout=nan",          "max_jump=0",
+      "max_jump=12x",     "max_jump=-1",          "floor=abc",
+      "floor=-5",         "audit_max_bytes=0",    "audit_max_bytes=1k",
+      "audit_keep=many",  "audit_keep=-1",        "log_level=loud",
+      "log=relative.log", "pidfile=relative.pid", "pidfile=/nonexistent-dir/x.pid",
+      "issuers=uid:abc",  "no_such_option",       "state=" + m.bpath("inside")};
+  for (const std::string& opt : bad) {
+    for (const std::string& backing : {m.backing(), fresh}) {
+      if (opt.rfind("state=", 0) == 0 && backing == fresh) continue;  // inside m.backing() only
+      Daemon r = run_fencefs({"-o", opt + ",state=" + newstate, backing, m.mnt()}, m.mnt(),
+                             m.root() + "/bad.log");
+      if (opt.rfind("state=", 0) == 0)  // the later state= wins: try it alone
+        r = run_fencefs({"-o", opt, backing, m.mnt()}, m.mnt(), m.root() + "/bad.log");
+      EXPECT_EQ(r.status, 1) << opt << ": " << r.out;
+      std::string name = opt.substr(0, opt.find('='));
+      if (name != "no_such_option" && name != "state") {
+        EXPECT_NE(r.out.find(name), std::string::npos) << opt << ": " << r.out;
+      }
+      EXPECT_FALSE(exists(newstate)) << opt << " created the state directory";
+    }
+  }
+  EXPECT_FALSE(exists(m.bpath("inside"))) << "a rejected state= inside BACKING was created";
+  EXPECT_EQ(listing(m.backing()) + listing(m.mnt()) + listing(fresh), before);
+}
+
+TEST(Options, AMountRefusedLateLeavesNoStateAndNoAuditRecord) {
+  // Stamped files without a state: refused after the options were accepted, once the state
+  // directory would have been created and locked.
+  Mount m;
+  ASSERT_EQ(write_as(m, 7, "f", "data"), 0);
+  char stamp[256];
+  ssize_t n = getxattr(m.bpath("f").c_str(), "trusted.fencefs", stamp, sizeof stamp);
+  ASSERT_GT(n, 0);
+  std::string fresh = make_dir(m, "fresh");
+  spit(fresh + "/old", "stamped");
+  ASSERT_EQ(setxattr((fresh + "/old").c_str(), "trusted.fencefs", stamp, n, 0), 0);
+  std::string before = listing(fresh);
+  std::string newstate = m.root() + "/newstate", mnt2 = make_dir(m, "mnt2");
+  for (auto args : {std::vector<std::string>{fresh, mnt2},
+                    std::vector<std::string>{"-o", "state=" + newstate, fresh, mnt2}}) {
+    Daemon r = run_fencefs(args, mnt2, m.root() + "/late.log");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("carry fencefs stamps"), std::string::npos) << r.out;
+    EXPECT_EQ(listing(fresh), before) << r.out;
+    EXPECT_FALSE(exists(fresh + "/.fencefs"));
+    EXPECT_FALSE(exists(newstate));
+  }
+}
+
+TEST(Options, AMountpointWithASpaceMountedTwiceIsRefused) {
+  Mount m;
+  std::string spaced = m.root() + "/mnt with space";
+  ASSERT_EQ(::mkdir(spaced.c_str(), 0755), 0);
+  ASSERT_EQ(sh("mount -t tmpfs fencefs-test-tmpfs '" + spaced + "'"), 0);
+  // Not watched for mounting (the tmpfs is mounted there): a daemon that mounted anyway stays
+  // up until the 20 s bound kills it, and fails the test.
+  Daemon r = run_fencefs({make_dir(m, "b2"), spaced}, "", m.root() + "/sp.log");
+  sh("umount '" + spaced + "' && umount '" + spaced + "' 2>/dev/null");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is busy"), std::string::npos) << r.out;
+}
+
+TEST(Options, ANonEmptyMountpointIsRefusedUnlessNonempty) {
+  Mount m;
+  std::string mnt2 = make_dir(m, "full");
+  spit(mnt2 + "/hidden", "x");
+  std::string b2 = make_dir(m, "b2");
+  Daemon r = run_fencefs({b2, mnt2}, mnt2, m.root() + "/ne.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is not empty"), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(b2 + "/.fencefs"));
+  Daemon ok = run_fencefs({"-o", "nonempty", b2, mnt2}, mnt2, m.root() + "/ne2.log");
+  EXPECT_EQ(ok.status, kMounted) << ok.out;
+  EXPECT_EQ(slurp(mnt2 + "/hidden"), "x") << "visible again after the unmount";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals.
+
+TEST(Signals, HupReopensTheLogFile) {
+  TempDir t;
+  std::string log = t.path + "/fencefs.log";
+  Mount m({"-o", "log=" + log});
+  ASSERT_TRUE(wait_for_text(log, "mounted "));
+  ASSERT_EQ(::rename(log.c_str(), (log + ".1").c_str()), 0);  // as logrotate does
+  ASSERT_EQ(kill(m.daemon_pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_text(log, "SIGHUP")) << slurp(log + ".1");
+  EXPECT_TRUE(m.mounted());
+  EXPECT_EQ(write_as(m, 1, "f", "after hup"), 0);
+  EXPECT_EQ(slurp(m.path("f")), "after hup");
+  EXPECT_EQ(slurp(log + ".1").find("SIGHUP"), std::string::npos);
+  EXPECT_EQ(m.unmount(), 0);
+  EXPECT_NE(slurp(log).find("unmounted"), std::string::npos) << "later lines go to the new file";
+}
+
+TEST(Signals, OtherSignalsAreLoggedAndIgnored) {
+  Mount m;
+  for (int sig : {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU, SIGXFSZ}) {
+    ASSERT_EQ(kill(m.daemon_pid(), sig), 0);
+    std::string name = std::string("SIG") + sigabbrev_np(sig) + " from pid";
+    EXPECT_TRUE(wait_for_text(m.root() + "/daemon.log", name)) << name << m.daemon_log();
+    EXPECT_TRUE(m.mounted()) << name;
+  }
+  EXPECT_EQ(write_as(m, 1, "f", "still here"), 0);
+  EXPECT_EQ(slurp(m.path("f")), "still here");
+  EXPECT_EQ(m.unmount(), 0);
+}
+
+TEST(Signals, TermAndIntUnmountCleanly) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    Mount m;
+    ASSERT_EQ(kill(m.daemon_pid(), sig), 0);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (m.mounted() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(m.mounted());
+    EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
+    EXPECT_EQ(slurp(m.bpath(".fencefs/owner")), "");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logging.
+
+const std::regex kStamped(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z fencefs\[\d+\]: info: )");
+
+TEST(Logging, StderrAndFileLinesAreTimestamped) {
+  TempDir t;
+  std::string log = t.path + "/f.log";
+  Mount a;
+  Mount b({"-o", "log=" + log});
+  for (const std::string& text : {a.daemon_log(), slurp(log)}) {
+    std::istringstream in(text);
+    std::string line;
+    bool found = false;
+    while (std::getline(in, line))
+      if (line.find("mounted ") != std::string::npos)
+        found = found || std::regex_search(line, kStamped);
+    EXPECT_TRUE(found) << text;
+  }
+  EXPECT_EQ(b.daemon_log().find("mounted "), std::string::npos) << "log=FILE: not on stderr";
+}
+
+TEST(Logging, LevelsAndVerbose) {
+  Mount quiet({"-o", "log_level=error"});
+  EXPECT_EQ(write_as(quiet, 0, "f", "x"), EPERM);
+  Mount verbose({"-o", "verbose"});
+  EXPECT_EQ(write_as(verbose, 0, "f", "x"), EPERM);
+  EXPECT_EQ(quiet.daemon_log().find("info: mounted"), std::string::npos) << quiet.daemon_log();
+  EXPECT_EQ(quiet.daemon_log().find("refused"), std::string::npos) << quiet.daemon_log();
+  EXPECT_NE(verbose.daemon_log().find("debug: refused"), std::string::npos) << verbose.daemon_log();
+}
+
+TEST(Logging, ARoutineRemountLogsAtInfo) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  ASSERT_TRUE(m.remount());
+  std::string log = m.daemon_log();
+  EXPECT_NE(log.find("info: state: recovered"), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning"), std::string::npos) << log;
+}
+
+TEST(Logging, UnreachableSyslogOrJournalFallsBackToStderr) {
+  struct Case {
+    const char* sink;
+    const char* socket;
+    const char* warning;
+  };
+  for (Case c : {Case{"syslog", "/dev/log", "syslog is unreachable"},
+                 Case{"journal", "/run/systemd/journal/socket", "journal is unreachable"}}) {
+    Mount m({"-o", std::string("log=") + c.sink});
+    ASSERT_TRUE(m.mounted());
+    std::string log = m.daemon_log();
+    if (!exists(c.socket)) {  // these machines: nothing listens
+      EXPECT_NE(log.find(c.warning), std::string::npos) << c.sink << ": " << log;
+      EXPECT_NE(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
+    } else {  // a host with a logger: it gets the lines, stderr does not
+      EXPECT_EQ(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readiness: sd_notify, pid file, pid in status and metrics.
+
+TEST(Readiness, NotifiesReadyAndStoppingToTheServiceManager) {
+  TempDir t;
+  std::string path = t.path + "/notify";
+  int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{20, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto next = [&] {
+    char buf[1024];
+    ssize_t n = recv(sock, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, n) : std::string();
+  };
+  setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  Mount m;
+  unsetenv("NOTIFY_SOCKET");
+  std::string ready = next();
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("MAINPID=" + std::to_string(m.daemon_pid())), std::string::npos) << ready;
+  EXPECT_EQ(m.unmount(), 0);
+  std::string stopping = next();
+  EXPECT_NE(stopping.find("STOPPING=1"), std::string::npos) << stopping;
+  close(sock);
+}
+
+TEST(Readiness, PidFileHoldsTheDaemonPidWhileMounted) {
+  TempDir t;
+  std::string pidfile = t.path + "/fencefs.pid";
+  Mount m({"-o", "pidfile=" + pidfile});
+  ASSERT_TRUE(wait_for_text(pidfile, "\n"));
+  EXPECT_EQ(slurp(pidfile), std::to_string(m.daemon_pid()) + "\n");
+  EXPECT_EQ(m.unmount(), 0);
+  EXPECT_FALSE(exists(pidfile));
+}
+
+TEST(Readiness, StatusAndMetricsNameThePidMountAndUptime) {
+  Mount m({"-o", "max_jump=9223372036854775807"});
+  // jq reads numbers as doubles: the string form keeps 2^63-1 exact.
+  ASSERT_EQ(write_as(m, 9223372036854775807ULL, "f", "x"), 0);
+  std::string q = kCtl + " status --mount " + m.mnt() + " --json | jq -r ";
+  EXPECT_EQ(sh_out(q + "'.domains[0].epoch_str'"), "9223372036854775807\n");
+  EXPECT_EQ(sh_out(q + "'.max_jump_str'"), "9223372036854775807\n");
+  EXPECT_EQ(sh_out(q + "'.pid'"), std::to_string(m.daemon_pid()) + "\n");
+  EXPECT_EQ(sh_out(q + "'.mount'"), m.mnt() + "\n");
+  EXPECT_EQ(sh_out(q + "'.schema_version'"), "1\n");
+  EXPECT_EQ(sh_out(q + "'.uptime_seconds >= 0 and .started_unix > 1700000000'"), "true\n");
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  EXPECT_NE(metrics.find("fencefs_info{mount=\"" + m.mnt() + "\",backing=\"" + m.backing() +
+                         "\",pid=\"" + std::to_string(m.daemon_pid()) + "\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("fencefs_start_time_seconds "), std::string::npos) << metrics;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencectl on a mount whose daemon died.
+
+TEST(DeadDaemon, FencectlSaysDaemonGoneWithUnreachableStatus) {
+  Mount m;
+  ASSERT_EQ(kill(m.daemon_pid(), SIGKILL), 0);
+  // Not reaped here (the fixture does at unmount): wait until it is a zombie.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string statf = "/proc/" + std::to_string(m.daemon_pid()) + "/stat";
+  while (slurp(statf).find(") Z ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (std::string cmd : {"status --mount " + m.mnt(), "advance --mount " + m.mnt() + " / 5",
+                          "audit --mount " + m.mnt(), "domain add " + m.path("sub"),
+                          "run --mount " + m.mnt() + " --domain / --token 1 -- true"}) {
+    int st = 0;
+    std::string out = sh_out(kCtl + " " + cmd + " 2>&1", &st);
+    EXPECT_EQ(st, 205) << cmd << ": " << out;  // exit_code::kUnreachable
+    EXPECT_NE(out.find("daemon gone"), std::string::npos) << cmd << ": " << out;
+    EXPECT_NE(out.find("umount"), std::string::npos) << cmd << ": " << out;
+  }
 }
