@@ -29,6 +29,8 @@
 #include "audit/audit.h"
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
+#include "cli/exit_codes.h"
+#include "cli/options.h"
 #include "common/json.h"
 #include "common/proc.h"
 #include "fence/highwater.h"
@@ -356,21 +358,11 @@ std::string mtime_str(int64_t sec, int64_t nsec) { return fmt::format("{}.{:09d}
 }  // namespace
 
 int cmd_verify(const Args& args) {
-  std::string backing_arg, state_arg;
-  bool as_json = false, quiet = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--state", &state_arg)) continue;
-    if (args[i] == "--json") {
-      as_json = true;
-    } else if (args[i] == "--quiet" || args[i] == "-q") {
-      quiet = true;
-    } else if (args[i].rfind("--", 0) == 0 || !backing_arg.empty()) {
-      usage_error("verify: unexpected argument " + args[i]);
-    } else {
-      backing_arg = args[i];
-    }
-  }
-  if (backing_arg.empty()) usage_error("verify: expected BACKING");
+  Parsed p = parse_command(*find_command("verify"), args);
+  std::string state_arg = p.value("state");
+  bool as_json = p.flag("json"), quiet = p.flag("quiet");
+  if (p.positional.size() != 1) usage_error("verify: expected one BACKING");
+  std::string backing_arg = p.positional[0];
   raise_fd_limit();
 
   std::vector<std::string> cannot;  // reasons the check could not be done (exit 2)
@@ -624,18 +616,11 @@ int cmd_verify(const Args& args) {
 // --- recover ----------------------------------------------------------------------------------
 
 int cmd_recover(const Args& args) {
-  std::string state_arg, floor_arg, backing_arg;
-  bool as_json = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--state", &state_arg) || take_opt(args, &i, "--floor", &floor_arg) ||
-        take_opt(args, &i, "--backing", &backing_arg))
-      continue;
-    if (args[i] == "--json") {
-      as_json = true;
-      continue;
-    }
-    usage_error("recover: unexpected argument " + args[i]);
-  }
+  Parsed p = parse_command(*find_command("recover"), args);
+  std::string state_arg = p.value("state"), floor_arg = p.value("floor"),
+              backing_arg = p.value("backing");
+  bool as_json = p.flag("json");
+  if (!p.positional.empty()) usage_error("recover: unexpected argument " + p.positional[0]);
   if (state_arg.empty() || floor_arg.empty())
     usage_error("recover: --state DIR and --floor N are required");
   uint64_t floor = 0;
@@ -663,7 +648,7 @@ int cmd_recover(const Args& args) {
       fail("recover: " + dir + " is in use; unmount fencefs first:");
       for (auto& u : users) std::cerr << "  " << u << "\n";
     }
-    return 2;
+    return exit_code::kFailed;
   }
 
   std::string report;
@@ -739,13 +724,13 @@ int cmd_recover(const Args& args) {
     out += "],\"warnings\":[";
     for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
     std::cout << out << "]}\n";
-    return rc == 0 ? 0 : 1;
+    return rc == 0 ? 0 : exit_code::kFailed;
   }
   for (auto& l : lines) std::cout << l << "\n";
   for (auto& w : warnings) std::cerr << "fencectl: recover: warning: " << w << "\n";
   if (rc != 0) {
     fail(fmt::format("recover: failed: {} ({})", errname(rc), strerror(rc)));
-    return 1;
+    return exit_code::kFailed;
   }
   std::cout << fmt::format(
       "recovered {}: every domain is at epoch >= {}; recorded in {}/audit.log\n", dir, floor, dir);
@@ -755,21 +740,11 @@ int cmd_recover(const Args& args) {
 // --- audit ------------------------------------------------------------------------------------
 
 int cmd_audit(const Args& args) {
-  std::string mount, state, domain, since_arg, decisions_arg;
-  bool as_json = false, verbose = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount) || take_opt(args, &i, "--state", &state) ||
-        take_opt(args, &i, "--domain", &domain) || take_opt(args, &i, "--since", &since_arg) ||
-        take_opt(args, &i, "--decision", &decisions_arg))
-      continue;
-    if (args[i] == "--json") {
-      as_json = true;
-    } else if (args[i] == "--verbose" || args[i] == "-v") {
-      verbose = true;
-    } else {
-      usage_error("audit: unexpected argument " + args[i]);
-    }
-  }
+  Parsed p = parse_command(*find_command("audit"), args);
+  std::string mount = p.value("mount"), state = p.value("state"), domain = p.value("domain"),
+              since_arg = p.value("since"), decisions_arg = p.value("decision");
+  bool as_json = p.flag("json"), verbose = p.flag("verbose");
+  if (!p.positional.empty()) usage_error("audit: unexpected argument " + p.positional[0]);
   if (mount.empty() == state.empty()) usage_error("audit: give --mount M or --state DIR");
   if (!mount.empty()) {
     std::string root = mount_or_exit(mount, "audit");
@@ -777,7 +752,7 @@ int cmd_audit(const Args& args) {
     const json::Value* s = st ? st->get("state") : nullptr;
     if (!s || s->type != json::Value::Type::String) {
       fail("audit: cannot read the state directory from " + root + "/.fencefs/status");
-      return 2;
+      return exit_code::kFailed;
     }
     state = s->str;
   }
@@ -785,7 +760,7 @@ int cmd_audit(const Args& args) {
   errno = 0;
   if (stat(state.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
     fail("audit: state directory " + state + ": " + (errno ? strerror(errno) : "not a directory"));
-    return 2;
+    return exit_code::kFailed;
   }
   std::optional<int64_t> since;
   if (!since_arg.empty()) {

@@ -504,3 +504,116 @@ TEST(DeadDaemon, FencectlSaysDaemonGoneWithUnreachableStatus) {
     EXPECT_NE(out.find("umount"), std::string::npos) << cmd << ": " << out;
   }
 }
+
+// ---------------------------------------------------------------------------------------------
+// fencectl's command line: one parser, per-command help, version, exit codes.
+
+TEST(Fencectl, EveryCommandHasItsOwnHelp) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"run", {"--mount", "--domain", "--token", "--user"}},
+      {"advance", {"--mount", "--force"}},
+      {"sign", {"--key", "--domain", "--epoch"}},
+      {"domain", {"--mount"}},
+      {"status", {"--mount", "--json"}},
+      {"audit", {"--mount", "--state", "--domain", "--since", "--decision", "--verbose", "--json"}},
+      {"verify", {"--state", "--json", "--quiet"}},
+      {"recover", {"--state", "--floor", "--backing", "--json"}}};
+  for (const auto& [cmd, opts] : commands) {
+    int st = -1;
+    std::string out = sh_out(kCtl + " " + cmd + " --help", &st);
+    EXPECT_EQ(st, 0) << cmd;
+    EXPECT_EQ(out.rfind("usage: fencectl " + cmd + " ", 0), 0u) << cmd << ": " << out;
+    for (const std::string& o : opts)
+      EXPECT_NE(out.find(o), std::string::npos) << cmd << " --help lacks " << o << ": " << out;
+  }
+  int st = -1;
+  std::string top = sh_out(kCtl + " --help", &st);
+  EXPECT_EQ(st, 0);
+  for (const char* code : {"200 usage", "205 no daemon", "215 other"})
+    EXPECT_NE(top.find(code), std::string::npos) << code << ": " << top;
+}
+
+TEST(Fencectl, VersionAndUsageErrors) {
+  int st = -1;
+  EXPECT_EQ(sh_out(kCtl + " --version", &st), "fencectl 0.1\n");
+  EXPECT_EQ(st, 0);
+  for (std::string bad :
+       {"status --bogus", "audit --since", "verify", "verify a b", "recover --state /x --floor -1",
+        "sign --key", "domain remove /x", "no-such-command", "audit --mount /tmp --decision"}) {
+    std::string out = sh_out(kCtl + " " + bad + " 2>&1", &st);
+    EXPECT_EQ(st, 200) << bad << ": " << out;  // exit_code::kUsage
+    EXPECT_NE(out.find("--help"), std::string::npos) << bad << ": " << out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packaging: what `cmake --install` puts in place.
+
+struct Installed {
+  TempDir dir;
+  std::string build = std::string(FENCEFS_BIN).substr(0, std::string(FENCEFS_BIN).rfind('/'));
+  int status = sh("cmake --install '" + build + "' --strip --prefix '" + dir.path + "' >/dev/null");
+};
+
+TEST(Packaging, InstallsStrippedBinariesManPagesUnitAndCompletion) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  const std::string& p = inst.dir.path;
+  for (std::string f :
+       {"bin/fencefs", "bin/fencectl", "share/man/man8/fencefs.8", "share/man/man8/fencectl.8",
+        "lib/systemd/system/fencefs@.service", "share/bash-completion/completions/fencectl"})
+    EXPECT_TRUE(exists(p + "/" + f)) << f;
+  for (std::string b : {"bin/fencefs", "bin/fencectl"})
+    EXPECT_EQ(sh_out("readelf -S '" + p + "/" + b + "' | grep -c debug_info"), "0\n") << b;
+}
+
+TEST(Packaging, ManPagesRender) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  for (std::string page : {"fencefs", "fencectl"}) {
+    std::string file = inst.dir.path + "/share/man/man8/" + page + ".8";
+    int st = -1;
+    std::string out = sh_out("MANWIDTH=80 man -l '" + file + "' 2>/dev/null", &st);
+    EXPECT_EQ(st, 0) << page;
+    for (const char* section : {"NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "SEE ALSO"})
+      EXPECT_NE(out.find(section), std::string::npos) << page << " lacks " << section;
+    EXPECT_EQ(sh_out("MANWIDTH=80 man --warnings -l '" + file + "' 2>&1 >/dev/null"), "")
+        << page << " renders with warnings";
+  }
+  std::string fencefs =
+      sh_out("MANWIDTH=80 man -l '" + inst.dir.path + "/share/man/man8/fencefs.8' 2>/dev/null");
+  for (const char* s : {"SIGHUP", "takeover", "log_level", "pidfile", "nonempty"})
+    EXPECT_NE(fencefs.find(s), std::string::npos) << s;
+}
+
+TEST(Packaging, TheUnitPassesSystemdAnalyzeVerify) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  // The unit names the configured prefix's binary; point it at this build's to verify here.
+  std::string unit = slurp(inst.dir.path + "/lib/systemd/system/fencefs@.service");
+  size_t at = unit.find("ExecStart=");
+  ASSERT_NE(at, std::string::npos);
+  size_t bin = unit.find("/fencefs ", at);
+  ASSERT_NE(bin, std::string::npos) << unit;
+  unit.replace(at + 10, bin - at - 10, inst.build);
+  std::string copy = inst.dir.path + "/fencefs@.service";
+  spit(copy, unit);
+  int st = -1;
+  std::string out = sh_out(
+      "MANPATH='" + inst.dir.path + "/share/man' systemd-analyze verify '" + copy + "' 2>&1", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_EQ(out, "") << "warnings from systemd-analyze";
+  EXPECT_NE(unit.find("Type=notify"), std::string::npos);
+}
+
+TEST(Packaging, BashCompletionOffersCommandsAndOptions) {
+  std::string script = std::string(FENCEFS_SOURCE_DIR) + "/packaging/fencectl.bash";
+  auto complete = [&](const std::string& words, int cword) {
+    return sh_out("bash -c 'source " + script + "; COMP_WORDS=(" + words + "); COMP_CWORD=" +
+                  std::to_string(cword) + "; _fencectl; echo \"${COMPREPLY[*]}\"'");
+  };
+  EXPECT_EQ(complete("fencectl st", 1), "status\n");
+  EXPECT_EQ(complete("fencectl audit --dec", 2), "--decision\n");
+  EXPECT_EQ(complete("fencectl audit --decision refu", 3), "refused\n");
+  EXPECT_EQ(complete("fencectl recover --fl", 2), "--floor\n");
+}
