@@ -154,7 +154,8 @@ Parsed parse_command(const CommandSpec& spec, const Args& args) {
     else
       p.flags[o->name] = true;
   }
-  for (int i = optind; i < static_cast<int>(store.size()); i++) p.positional.push_back(store[i]);
+  // getopt_long permutes argv (not store): the operands are at its end.
+  for (int i = optind; i < static_cast<int>(store.size()); i++) p.positional.push_back(argv[i]);
   return p;
 }
 

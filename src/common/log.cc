@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <syslog.h>
@@ -134,6 +135,10 @@ bool open(const Target& target, std::string* error) {
 }
 
 void keep_stderr() {
+  // Only a terminal or a file: holding a pipe open would keep `x=$(fencefs …)` or an ssh
+  // session waiting for the daemon to exit.
+  struct stat st;
+  if (fstat(STDERR_FILENO, &st) != 0 || !(S_ISCHR(st.st_mode) || S_ISREG(st.st_mode))) return;
   int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
   if (fd >= 0) g_stderr_fd = fd;
 }

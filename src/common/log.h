@@ -29,8 +29,8 @@ bool enabled(Level level);
 // Switches to a sink. A file is opened for appending (created 0640); false with *error when it
 // cannot be. Syslog and the journal fall back to stderr when unreachable (true, with a warning).
 bool open(const Target& target, std::string* error);
-// Keeps messages for stderr on a duplicate of the current stderr, so they still reach whoever
-// started the daemon after it detaches (and stdio points at /dev/null).
+// Keeps messages for stderr on a duplicate of the current stderr when it is a terminal or a
+// file, so they still reach it after the daemon detaches (and stdio points at /dev/null).
 void keep_stderr();
 // Reopens the log file by path (after rotation); no-op for other sinks. Safe beside writers.
 void reopen();

@@ -422,6 +422,23 @@ TEST(Logging, UnreachableSyslogOrJournalFallsBackToStderr) {
   }
 }
 
+TEST(Logging, ABackgroundDaemonDoesNotHoldTheCallersPipe) {
+  TempDir t;
+  std::string b = t.path + "/b", mnt = t.path + "/m";
+  ::mkdir(b.c_str(), 0755);
+  ::mkdir(mnt.c_str(), 0755);
+  // Without -f the daemon detaches; the command substitution must return while it serves.
+  int st = -1;
+  std::string out = sh_out("timeout 20 sh -c 'x=$(" + kFencefs + " " + b + " " + mnt +
+                               " 2>&1); echo \"$x\"; echo returned'",
+                           &st);
+  bool up = is_mounted(mnt);
+  sh("fusermount3 -u '" + mnt + "'");
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("returned"), std::string::npos) << out;
+  EXPECT_TRUE(up);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Readiness: sd_notify, pid file, pid in status and metrics.
 
