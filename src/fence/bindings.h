@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -37,6 +38,10 @@ class Bindings {
   };
   // Live bindings (dead processes are dropped).
   std::vector<Entry> list();
+
+  // Called after every bind and unbind of a thread group (bound: false for unbind), outside the
+  // lock: the daemon keeps the bindings across restarts.
+  std::function<void(pid_t pid, uint32_t domain, Epoch token, bool bound)> on_change;
 
  private:
   struct Resolved {

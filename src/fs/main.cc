@@ -19,6 +19,7 @@
 
 #include "audit/audit.h"
 #include "common/log.h"
+#include "daemon/binding_store.h"
 #include "daemon/claim.h"
 #include "daemon/lifecycle.h"
 #include "daemon/mounts.h"
@@ -526,7 +527,18 @@ int main(int argc, char* argv[]) {
       unlink(probe.c_str());
     }
   }
+  // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
   fence::Bindings bindings;
+  daemon::BindingStore binding_store(state);
+  {
+    auto r =
+        binding_store.restore(bindings, [&](uint32_t id) { return domains.by_id(id) != nullptr; });
+    if (r.restored || r.dropped)
+      log::info("bindings: {} process(es) rebound, {} gone or changed", r.restored, r.dropped);
+    bindings.on_change = [&](pid_t pid, uint32_t domain, fence::Epoch token, bool bound) {
+      binding_store.record(bindings, pid, domain, token, bound);
+    };
+  }
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se =

@@ -1,6 +1,7 @@
 // Operating the daemon: one daemon per backing and state, options checked before any side
 // effect, signals, logging, readiness, and fencectl on a mount whose daemon died.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -633,4 +634,123 @@ TEST(Packaging, BashCompletionOffersCommandsAndOptions) {
   EXPECT_EQ(complete("fencectl audit --dec", 2), "--decision\n");
   EXPECT_EQ(complete("fencectl audit --decision refu", 3), "refused\n");
   EXPECT_EQ(complete("fencectl recover --fl", 2), "--floor\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bindings survive a daemon restart, for exactly the same processes.
+
+namespace {
+
+// A job bound to `token` for / that appends a line to FILE each time it is told to and reports
+// the errno.
+class Job {
+ public:
+  Job(const Mount& m, uint64_t token, std::string rel) : m_(m), rel_(std::move(rel)) {
+    int cmd[2], res[2];
+    // Close-on-exec: a daemon started later must not hold the job's pipes open.
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(res, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(cmd[1]);
+      close(res[0]);
+      int err = m_.ctl("bind / " + std::to_string(token));
+      if (::write(res[1], &err, sizeof err) != sizeof err) _exit(1);
+      char c;
+      while (::read(cmd[0], &c, 1) == 1 && c == 'w') {
+        int fd = ::open(m_.path(rel_).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int e = fd < 0 ? errno : 0;
+        if (fd >= 0) {
+          if (::write(fd, "line\n", 5) < 0) e = errno;
+          ::close(fd);
+        }
+        if (::write(res[1], &e, sizeof e) != sizeof e) _exit(1);
+      }
+      _exit(0);
+    }
+    close(cmd[0]);
+    close(res[1]);
+    cmd_ = cmd[1];
+    res_ = res[0];
+    bound_ = result();
+  }
+  ~Job() {
+    close(cmd_);  // EOF: the job exits
+    waitpid(pid_, nullptr, 0);
+    close(res_);
+  }
+  int bound() const { return bound_; }
+  pid_t pid() const { return pid_; }
+  int write_line() {
+    if (::write(cmd_, "w", 1) != 1) return -1;
+    return result();
+  }
+
+ private:
+  int result() {
+    int e = -1;
+    if (::read(res_, &e, sizeof e) != sizeof e) return -1;
+    return e;
+  }
+  const Mount& m_;
+  std::string rel_;
+  pid_t pid_ = -1;
+  int cmd_ = -1, res_ = -1, bound_ = -1;
+};
+
+}  // namespace
+
+TEST(Restart, ABoundJobKeepsWritingAfterACrashAndAfterAnUpgrade) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(job.write_line(), 0);
+  m.kill9();  // a crash
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_NE(m.daemon_log().find("bindings: 1 process(es) rebound"), std::string::npos)
+      << m.daemon_log();
+  EXPECT_EQ(job.write_line(), 0);
+  ASSERT_EQ(m.unmount(), 0);  // an upgrade: a clean stop, then the new binary
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ(job.write_line(), 0);
+  EXPECT_EQ(slurp(m.path("out")), "line\nline\nline\n");
+  std::string status = slurp(m.path(".fencefs/status"));
+  EXPECT_NE(status.find("\"pid\":" + std::to_string(job.pid()) + ","), std::string::npos) << status;
+}
+
+TEST(Restart, ASupersededJobIsStillRefusedAfterARestart) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(job.write_line(), 0);
+  m.kill9();
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  ASSERT_EQ(sh(kCtl + " advance --mount " + m.mnt() + " / 6 >/dev/null"), 0);
+  EXPECT_EQ(job.write_line(), ESTALE);
+  EXPECT_EQ(slurp(m.path("out")), "line\n");
+}
+
+TEST(Restart, OnlyTheExactSameProcessIsRebound) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  // The saved identity no longer matches the process (as after a pid was recycled).
+  std::string file = m.bpath(".fencefs/bindings");
+  std::istringstream in(slurp(file));
+  std::string out, line;
+  std::getline(in, line);
+  out = line + "\n";
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string op;
+    unsigned long long pid, start, ino, domain, token;
+    f >> op >> pid >> start >> ino >> domain >> token;
+    ASSERT_EQ(pid, static_cast<unsigned long long>(job.pid())) << line;
+    out += fmt::format("{} {} {} {} {} {}\n", op, pid, start, ino + 1, domain, token);
+  }
+  spit(file, out);
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_NE(m.daemon_log().find("0 process(es) rebound, 1 gone or changed"), std::string::npos)
+      << m.daemon_log();
+  EXPECT_EQ(job.write_line(), EPERM);  // unbound: fails closed
 }
