@@ -770,14 +770,31 @@ int cmd_audit(const Args& args) {
           "audit: --since takes an ISO 8601 time (2026-12-02T10:00:00Z) or a duration "
           "(90s, 10m, 2h, 1d, 1w)");
   }
+  // The decisions a record can carry (docs/audit.md).
+  static const char* const kDecisions[] = {"refused", "advanced",  "bound",  "unbound", "declared",
+                                           "info",    "recovered", "failed", "detected"};
   std::vector<std::string> decisions;
   for (size_t pos = 0; !decisions_arg.empty() && pos <= decisions_arg.size();) {
     size_t c = decisions_arg.find(',', pos);
     std::string d = decisions_arg.substr(pos, c == std::string::npos ? c : c - pos);
-    if (!d.empty()) decisions.push_back(d);
+    if (!d.empty()) {
+      if (std::find_if(std::begin(kDecisions), std::end(kDecisions),
+                       [&](const char* k) { return d == k; }) == std::end(kDecisions))
+        usage_error("audit: unknown decision '" + d +
+                    "' (refused, advanced, bound, unbound, declared, info, recovered, failed, "
+                    "detected)");
+      decisions.push_back(d);
+    }
     if (c == std::string::npos) break;
     pos = c + 1;
   }
+  // An unreadable trail is an error, not an empty one.
+  if (access(state.c_str(), R_OK | X_OK) != 0) {
+    fail("audit: cannot read the audit trail in " + state + ": " + strerror(errno) +
+         " (the state directory is readable by root only)");
+    return exit_code::kFailed;
+  }
+  bool unreadable = false;
   if (!domain.empty()) {
     while (domain.size() > 1 && domain.back() == '/') domain.pop_back();
     if (domain[0] != '/') usage_error("audit: --domain takes a domain path such as / or /jobs/a");
@@ -793,7 +810,10 @@ int cmd_audit(const Args& args) {
   for (const std::string& file : audit::log_files(state)) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      if (errno != ENOENT) fail("audit: cannot read " + file + ": " + strerror(errno));
+      if (errno != ENOENT) {
+        fail("audit: cannot read " + file + ": " + strerror(errno));
+        unreadable = true;
+      }
       continue;
     }
     std::string line;
@@ -849,7 +869,8 @@ int cmd_audit(const Args& args) {
   }
   if (bad)
     fail(fmt::format("audit: {} unreadable line(s) skipped (the first at {})", bad, first_bad));
-  if (as_json) return 0;
+  int status = unreadable ? exit_code::kFailed : 0;
+  if (as_json) return status;
   static const char* kHead[10] = {"TIME", "DECISION", "REASON", "OP",  "DOMAIN",
                                   "PATH", "TOKEN",    "EPOCH",  "PID", "COMM"};
   size_t w[10];
@@ -872,8 +893,9 @@ int cmd_audit(const Args& args) {
     print(r.cols);
     if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
   }
-  if (rows.empty()) std::cerr << "fencectl: audit: no matching records in " << state << "\n";
-  return 0;
+  if (rows.empty() && !unreadable)
+    std::cerr << "fencectl: audit: no matching records in " << state << "\n";
+  return status;
 }
 
 }  // namespace fencefs::cli

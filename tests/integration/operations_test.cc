@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -121,8 +122,9 @@ bool wait_for_text(const std::string& file, const std::string& text) {
 struct TempDir {
   std::string path;
   TempDir() {
-    char tmpl[] = "/tmp/fencefs-ops-XXXXXX";
-    path = mkdtemp(tmpl);
+    const char* base = std::getenv("FENCEFS_TEST_TMP");  // a test run's own directory, if any
+    std::string tmpl = std::string(base ? base : "/tmp") + "/fencefs-ops-XXXXXX";
+    path = mkdtemp(tmpl.data());
   }
   ~TempDir() { sh("rm -rf '" + path + "'"); }
 };
@@ -753,4 +755,32 @@ TEST(Restart, OnlyTheExactSameProcessIsRebound) {
   EXPECT_NE(m.daemon_log().find("0 process(es) rebound, 1 gone or changed"), std::string::npos)
       << m.daemon_log();
   EXPECT_EQ(job.write_line(), EPERM);  // unbound: fails closed
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencectl audit: errors are errors.
+
+TEST(Audit, AnUnreadableTrailIsAnErrorNotAnEmptyOne) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 1, "f", "x"), 0);
+  int st = -1;
+  // The state directory is root's (0700): nobody reads the status file but not the trail.
+  std::string out = sh_out("setpriv --reuid=nobody --regid=nogroup --clear-groups " + kCtl +
+                               " audit --mount " + m.mnt() + " 2>&1",
+                           &st);
+  EXPECT_EQ(st, 215) << out;  // exit_code::kFailed
+  EXPECT_NE(out.find("cannot read the audit trail"), std::string::npos) << out;
+  EXPECT_EQ(out.find("no matching records"), std::string::npos) << out;
+  std::string mine = sh_out(kCtl + " audit --mount " + m.mnt() + " --decision advanced", &st);
+  EXPECT_EQ(st, 0) << mine;
+  EXPECT_NE(mine.find("advanced"), std::string::npos) << mine;
+}
+
+TEST(Audit, AnUnknownDecisionIsRefused) {
+  Mount m;
+  int st = -1;
+  std::string out =
+      sh_out(kCtl + " audit --mount " + m.mnt() + " --decision refused,bogus 2>&1", &st);
+  EXPECT_EQ(st, 200) << out;  // usage
+  EXPECT_NE(out.find("unknown decision 'bogus'"), std::string::npos) << out;
 }
