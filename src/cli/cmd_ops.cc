@@ -770,9 +770,10 @@ int cmd_audit(const Args& args) {
           "audit: --since takes an ISO 8601 time (2026-12-02T10:00:00Z) or a duration "
           "(90s, 10m, 2h, 1d, 1w)");
   }
-  // The decisions a record can carry (docs/audit.md).
-  static const char* const kDecisions[] = {"refused", "advanced",  "bound",  "unbound", "declared",
-                                           "info",    "recovered", "failed", "detected"};
+  // The decisions a record can carry (docs/audit.md); "accepted" is counted, never logged.
+  static const char* const kDecisions[] = {"refused",  "advanced", "bound",     "unbound",
+                                           "declared", "info",     "recovered", "failed",
+                                           "detected", "accepted"};
   std::vector<std::string> decisions;
   for (size_t pos = 0; !decisions_arg.empty() && pos <= decisions_arg.size();) {
     size_t c = decisions_arg.find(',', pos);
@@ -782,7 +783,7 @@ int cmd_audit(const Args& args) {
                        [&](const char* k) { return d == k; }) == std::end(kDecisions))
         usage_error("audit: unknown decision '" + d +
                     "' (refused, advanced, bound, unbound, declared, info, recovered, failed, "
-                    "detected)");
+                    "detected, accepted)");
       decisions.push_back(d);
     }
     if (c == std::string::npos) break;
