@@ -131,18 +131,10 @@ int cmd_run(const Args& args) {
 }
 
 int cmd_advance(const Args& args) {
-  std::string mount;
-  bool force = false;
-  std::vector<std::string> pos;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount)) continue;
-    if (args[i] == "--force") {
-      force = true;
-      continue;
-    }
-    if (args[i].rfind("--", 0) == 0) usage_error("advance: unknown option " + args[i]);
-    pos.push_back(args[i]);
-  }
+  Parsed p = parse_command(*find_command("advance"), args);
+  std::string mount = p.value("mount");
+  bool force = p.flag("force");
+  std::vector<std::string> pos = p.positional;
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
   std::string root = need_mount(mount);
   std::string reply;
@@ -150,7 +142,7 @@ int cmd_advance(const Args& args) {
   int err = send_command(root, line, &reply);
   if (err) {
     fail(fmt::format("advance {} {} refused: {} ({})", pos[0], pos[1], errname(err), reply));
-    return 1;
+    return exit_code::from_errno(err);
   }
   std::cout << reply << "\n";
   return 0;
@@ -196,7 +188,7 @@ int cmd_domain(const Args& args) {
   int err = send_command(root, "domain add " + rel, &reply);
   if (err) {
     fail(fmt::format("domain add {} refused: {} ({})", rel, errname(err), reply));
-    return exit_code::kFailed;
+    return exit_code::from_errno(err);
   }
   std::cout << reply << "\n";
   return 0;

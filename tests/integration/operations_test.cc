@@ -784,3 +784,22 @@ TEST(Audit, AnUnknownDecisionIsRefused) {
   EXPECT_EQ(st, 200) << out;  // usage
   EXPECT_NE(out.find("unknown decision 'bogus'"), std::string::npos) << out;
 }
+
+TEST(Fencectl, AdvanceAndDomainExitCodesFollowTheTable) {
+  Mount m({"-o", "max_jump=100"});
+  auto run = [&](const std::string& args) {
+    int st = -1;
+    sh_out(kCtl + " " + args + " 2>/dev/null", &st);
+    return st;
+  };
+  std::string M = " --mount " + m.mnt() + " ";
+  EXPECT_EQ(run("advance" + M + "/ 5"), 0);
+  EXPECT_EQ(run("advance" + M + "/ 3"), 201);      // stale
+  EXPECT_EQ(run("advance" + M + "/ 500"), 202);    // beyond max_jump
+  EXPECT_EQ(run("advance" + M + "/nope 9"), 204);  // not a domain: malformed
+  EXPECT_EQ(run("advance" + M + "/ 9 --bogus"), 200);
+  EXPECT_EQ(run("advance --mount /tmp / 9"), 205);  // no daemon there
+  ASSERT_EQ(::mkdir(m.bpath("sub").c_str(), 0755), 0);
+  EXPECT_EQ(run("domain add " + m.path("sub")), 0);
+  EXPECT_EQ(run("domain add " + m.path("sub")), 215);  // EEXIST: declared already (other)
+}
