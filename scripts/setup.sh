@@ -10,6 +10,7 @@ PKGS=(
   libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev libmount-dev libsystemd-dev
   attr rsync sqlite3 tar fio fiu-utils libfiu-dev
   clang libclang-rt-14-dev util-linux procps python3
+  systemd man-db groff-base jq
 )
 
 missing=()
