@@ -201,22 +201,6 @@ std::string canonical_maybe_missing(const std::string& path, const char* what) {
   return out == "/" ? "/" + name : out + "/" + name;
 }
 
-// Removes what a failed mount created in the state directory: everything when it created the
-// directory, else the entries that were not there before.
-void remove_new_entries(const std::string& dir, const std::vector<std::string>& before,
-                        bool created_dir) {
-  if (DIR* d = opendir(dir.c_str())) {
-    std::vector<std::string> names;
-    while (dirent* e = readdir(d))
-      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.push_back(e->d_name);
-    closedir(d);
-    for (auto& n : names)
-      if (created_dir || std::find(before.begin(), before.end(), n) == before.end())
-        unlink((dir + "/" + n).c_str());
-  }
-  if (created_dir) rmdir(dir.c_str());
-}
-
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = opendir(dir.c_str())) {
@@ -225,6 +209,12 @@ std::vector<std::string> entries(const std::string& dir) {
     closedir(d);
   }
   return names;
+}
+
+// Removes the entries of DIR that were not there before: what a failed mount created.
+void remove_new_entries(const std::string& dir, const std::vector<std::string>& before) {
+  for (const std::string& n : entries(dir))
+    if (std::find(before.begin(), before.end(), n) == before.end()) unlink((dir + "/" + n).c_str());
 }
 
 bool under(const std::string& path, const std::string& dir) {
@@ -447,20 +437,20 @@ int main(int argc, char* argv[]) {
     if (!log::open(log_target, &error)) die(error);
     g_logging_elsewhere = true;
   }
-  bool created_state_dir = false;
-  std::vector<std::string> state_before;
-  if (stat(state.c_str(), &st) != 0) {
-    if (mkdir(state.c_str(), 0700) != 0)
-      die(fmt::format("state directory {}: {}", state, strerror(errno)));
-    created_state_dir = true;
-  } else {
-    state_before = entries(state);
+  if (mkdir(state.c_str(), 0700) == 0) {
+    // Until the lock is ours another daemon may be creating files here: only the directory we
+    // made, once empty again, is removed.
+    undo_stack().push_back([=] { rmdir(state.c_str()); });
+  } else if (errno != EEXIST) {
+    die(fmt::format("state directory {}: {}", state, strerror(errno)));
   }
-  undo_stack().push_back([=] { remove_new_entries(state, state_before, created_state_dir); });
 
   auto claim = daemon::Claim::take({backing, state, mnt, a.takeover != 0}, &error);
   if (!claim) die(error);
   undo_stack().push_back([&claim] { claim->abandon(); });
+  // The state is ours now: what this mount creates in it from here is removed if it fails.
+  std::vector<std::string> state_before = entries(state);
+  undo_stack().push_back([=] { remove_new_entries(state, state_before); });
   if (!claim->publish(&error)) die(error);
   if (auto& prev = claim->previous())
     log::warn("backing {} was last served by {}, which is gone{}", backing, prev->describe(),

@@ -291,6 +291,32 @@ TEST(Options, AMountRefusedLateLeavesNoStateAndNoAuditRecord) {
   }
 }
 
+TEST(Options, ARefusalAfterTheLockWasTakenLeavesTheStateAsItWas) {
+  // A state from before the lock files existed, with a journal corrupted before its tail: the
+  // daemon takes its locks (creating STATE/lock and BACKING/.fencefs/owner), then cannot open
+  // the state. Everything it created goes again.
+  Mount m;
+  for (int e = 1; e <= 20; e++) ASSERT_EQ(write_as(m, e, "f" + std::to_string(e), "x"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  ASSERT_EQ(::unlink(m.bpath(".fencefs/lock").c_str()), 0);
+  ASSERT_EQ(::unlink(m.bpath(".fencefs/owner").c_str()), 0);
+  ::unlink(m.bpath(".fencefs/bindings").c_str());
+  std::string j = m.bpath(".fencefs/journal");
+  std::string bytes = slurp(j);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
+  spit(j, bytes);
+  auto files = [&] {
+    return sh_out("cd '" + m.backing() + "' && find . -type f -printf '%p %s %T@\\n' | sort");
+  };
+  std::string before = files();
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/late.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot open state"), std::string::npos) << r.out;
+  EXPECT_EQ(files(), before) << r.out;
+  EXPECT_FALSE(exists(m.bpath(".fencefs/lock")));
+  EXPECT_FALSE(exists(m.bpath(".fencefs/owner")));
+}
+
 TEST(Options, AMountpointWithASpaceMountedTwiceIsRefused) {
   Mount m;
   std::string spaced = m.root() + "/mnt with space";
