@@ -35,7 +35,7 @@ _fencectl() {
     sign) opts="--key --domain --epoch --help" ;;
     domain) opts="add --mount --help" ;;
     status) opts="--mount --json --help" ;;
-    audit) opts="--mount --state --domain --since --decision --verbose --json --help" ;;
+    audit) opts="--mount --state --domain --since --decision --verbose --json --follow --summary --help" ;;
     verify) opts="--state --json --quiet --help" ;;
     recover) opts="--state --floor --backing --json --help" ;;
   esac

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -739,11 +740,46 @@ int cmd_recover(const Args& args) {
 
 // --- audit ------------------------------------------------------------------------------------
 
+// --summary: matching records counted by decision and reason, by process and by command.
+template <typename Rows>
+void print_audit_summary(const Rows& rows, bool as_json) {
+  std::map<std::string, uint64_t> by_reason, by_process, by_comm;
+  for (const auto& r : rows) {
+    by_reason[r.cols[1] + "/" + r.cols[2]]++;
+    by_process[r.cols[8] + " " + r.cols[9]]++;
+    by_comm[r.cols[9]]++;
+  }
+  if (as_json) {
+    auto obj = [](const std::map<std::string, uint64_t>& m) {
+      std::string o = "{";
+      for (const auto& [k, n] : m) o += (o.size() > 1 ? "," : "") + q(k) + ":" + std::to_string(n);
+      return o + "}";
+    };
+    std::cout << "{\"records\":" << rows.size() << ",\"by_reason\":" << obj(by_reason)
+              << ",\"by_process\":" << obj(by_process) << ",\"by_command\":" << obj(by_comm)
+              << "}\n";
+    return;
+  }
+  std::cout << "records: " << rows.size() << "\n";
+  auto section = [](const char* title, const std::map<std::string, uint64_t>& m) {
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& [k, n] : m) v.push_back({n, k});
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::cout << "\n" << title << "\n";
+    for (const auto& [n, k] : v) std::cout << fmt::format("  {:>8}  {}\n", n, k);
+  };
+  section("by decision/reason:", by_reason);
+  section("by process (pid command):", by_process);
+  section("by command:", by_comm);
+}
+
 int cmd_audit(const Args& args) {
   Parsed p = parse_command(*find_command("audit"), args);
   std::string mount = p.value("mount"), state = p.value("state"), domain = p.value("domain"),
               since_arg = p.value("since"), decisions_arg = p.value("decision");
   bool as_json = p.flag("json"), verbose = p.flag("verbose");
+  bool follow = p.flag("follow"), summary = p.flag("summary");
+  if (follow && summary) usage_error("audit: --follow and --summary do not go together");
   if (!p.positional.empty()) usage_error("audit: unexpected argument " + p.positional[0]);
   if (mount.empty() == state.empty()) usage_error("audit: give --mount M or --state DIR");
   if (!mount.empty()) {
@@ -805,9 +841,48 @@ int cmd_audit(const Args& args) {
     std::string cols[10];
     std::string message;
   };
+  // The row of a record that passes the filters; nullopt for one that does not.
+  auto match = [&](const json::Value& v) -> std::optional<Row> {
+    auto str = [&](const char* k) {
+      const json::Value* x = v.get(k);
+      return x ? x->as_string() : std::string();
+    };
+    if (!decisions.empty() &&
+        std::find(decisions.begin(), decisions.end(), str("decision")) == decisions.end())
+      return std::nullopt;
+    if (!domain.empty() && str("domain") != domain) return std::nullopt;
+    if (since) {
+      auto t = audit::parse_iso_time(str("time"));
+      if (!t || *t < *since) return std::nullopt;
+    }
+    Row r;
+    std::string t = str("time");
+    if (t.size() > 23 && t.back() == 'Z') t = t.substr(0, 23) + "Z";  // milliseconds
+    std::string before = str("epoch_before"), after = str("epoch_after");
+    std::string path = str("path");
+    if (!str("path2").empty()) path += " -> " + str("path2");
+    auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
+    r.cols[0] = t;
+    r.cols[1] = dash(str("decision"));
+    r.cols[2] = dash(str("reason"));
+    r.cols[3] = dash(str("op"));
+    r.cols[4] = dash(str("domain"));
+    r.cols[5] = dash(path);
+    r.cols[6] = dash(str("token"));
+    r.cols[7] = before == after ? dash(after) : before + "->" + after;
+    r.cols[8] = dash(str("pid"));
+    r.cols[9] = dash(str("comm"));
+    r.message = str("message");
+    if (!str("error").empty()) r.message = str("error") + ": " + r.message;
+    return r;
+  };
   std::vector<Row> rows;
   uint64_t bad = 0;
   std::string first_bad;
+  // Where the reading stopped in the current file (audit.log), for --follow.
+  std::string current = state + "/audit.log";
+  ino_t current_ino = 0;
+  off_t current_off = 0;
   for (const std::string& file : audit::log_files(state)) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
@@ -819,9 +894,11 @@ int cmd_audit(const Args& args) {
     }
     std::string line;
     uint64_t lineno = 0;
+    off_t off = 0;
     while (std::getline(in, line)) {
       lineno++;
       bool complete = !in.eof();  // the last line of a file being written may be partial
+      if (complete) off += static_cast<off_t>(line.size() + 1);
       if (line.empty()) continue;
       auto v = json::parse(line);
       if (!v || v->type != json::Value::Type::Object) {
@@ -830,48 +907,26 @@ int cmd_audit(const Args& args) {
         }
         continue;
       }
-      auto str = [&](const char* k) {
-        const json::Value* x = v->get(k);
-        return x ? x->as_string() : std::string();
-      };
-      if (!decisions.empty() &&
-          std::find(decisions.begin(), decisions.end(), str("decision")) == decisions.end())
-        continue;
-      if (!domain.empty() && str("domain") != domain) continue;
-      if (since) {
-        auto t = audit::parse_iso_time(str("time"));
-        if (!t || *t < *since) continue;
-      }
-      if (as_json) {
+      auto r = match(*v);
+      if (!r) continue;
+      if (as_json && !summary)
         std::cout << line << "\n";
-        continue;
-      }
-      Row r;
-      std::string t = str("time");
-      if (t.size() > 23 && t.back() == 'Z') t = t.substr(0, 23) + "Z";  // milliseconds
-      std::string before = str("epoch_before"), after = str("epoch_after");
-      std::string path = str("path");
-      if (!str("path2").empty()) path += " -> " + str("path2");
-      auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
-      r.cols[0] = t;
-      r.cols[1] = dash(str("decision"));
-      r.cols[2] = dash(str("reason"));
-      r.cols[3] = dash(str("op"));
-      r.cols[4] = dash(str("domain"));
-      r.cols[5] = dash(path);
-      r.cols[6] = dash(str("token"));
-      r.cols[7] = before == after ? dash(after) : before + "->" + after;
-      r.cols[8] = dash(str("pid"));
-      r.cols[9] = dash(str("comm"));
-      r.message = str("message");
-      if (!str("error").empty()) r.message = str("error") + ": " + r.message;
-      rows.push_back(std::move(r));
+      else
+        rows.push_back(std::move(*r));
+    }
+    struct stat fst;
+    if (file == current && stat(file.c_str(), &fst) == 0) {
+      current_ino = fst.st_ino;
+      current_off = off;
     }
   }
   if (bad)
     fail(fmt::format("audit: {} unreadable line(s) skipped (the first at {})", bad, first_bad));
   int status = unreadable ? exit_code::kFailed : 0;
-  if (as_json) return status;
+  if (summary) {
+    print_audit_summary(rows, as_json);
+    return status;
+  }
   static const char* kHead[10] = {"TIME", "DECISION", "REASON", "OP",  "DOMAIN",
                                   "PATH", "TOKEN",    "EPOCH",  "PID", "COMM"};
   size_t w[10];
@@ -883,20 +938,87 @@ int cmd_audit(const Args& args) {
     std::string l;
     for (int c = 0; c < 10; c++) {
       l += cols[c];
-      if (c < 9) l += std::string(w[c] - cols[c].size() + 2, ' ');
+      if (c < 9) l += std::string(w[c] > cols[c].size() ? w[c] - cols[c].size() + 2 : 2, ' ');
     }
     std::cout << l << "\n";
   };
-  std::string head[10];
-  for (int c = 0; c < 10; c++) head[c] = kHead[c];
-  print(head);
-  for (auto& r : rows) {
-    print(r.cols);
-    if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
+  if (!as_json) {
+    std::string head[10];
+    for (int c = 0; c < 10; c++) head[c] = kHead[c];
+    print(head);
+    for (auto& r : rows) {
+      print(r.cols);
+      if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
+    }
+    if (rows.empty() && !unreadable && !follow)
+      std::cerr << "fencectl: audit: no matching records in " << state << "\n";
   }
-  if (rows.empty() && !unreadable)
-    std::cerr << "fencectl: audit: no matching records in " << state << "\n";
-  return status;
+  if (!follow) return status;
+
+  // --follow: new records of audit.log as they come, across rotation. A rotation renames
+  // audit.log to audit.log.1 (and so on) and starts a new one, maybe several times between two
+  // looks: the file followed is read to its end, then every rotated file not read yet, oldest
+  // first, then the new audit.log.
+  std::cout << std::flush;
+  auto emit = [&](const std::string& line) {
+    auto v = json::parse(line);
+    if (!v || v->type != json::Value::Type::Object) return;
+    auto r = match(*v);
+    if (!r) return;
+    if (as_json) {
+      std::cout << line << "\n";
+    } else {
+      print(r->cols);
+      if (verbose && !r->message.empty()) std::cout << "    " << r->message << "\n";
+    }
+  };
+  std::set<ino_t> done;  // files read to their end
+  for (const std::string& f : audit::log_files(state)) {
+    struct stat fst;
+    if (f != current && stat(f.c_str(), &fst) == 0) done.insert(fst.st_ino);
+  }
+  int fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat fst;
+  if (fd >= 0 && (fstat(fd, &fst) != 0 || fst.st_ino != current_ino)) current_off = 0;
+  std::string pending;
+  for (;;) {
+    char buf[65536];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf, current_off) : 0;
+    if (n > 0) {
+      current_off += n;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        emit(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+      std::cout << std::flush;
+      continue;
+    }
+    struct stat now;
+    if (stat(current.c_str(), &now) == 0 &&
+        (fd < 0 || fstat(fd, &fst) != 0 || now.st_ino != fst.st_ino)) {
+      if (fd >= 0) {
+        done.insert(fst.st_ino);
+        close(fd);
+      }
+      for (const std::string& f : audit::log_files(state)) {
+        struct stat rst;
+        if (f == current || stat(f.c_str(), &rst) != 0 || done.count(rst.st_ino)) continue;
+        std::ifstream in(f, std::ios::binary);
+        std::string line;
+        while (std::getline(in, line))
+          if (!in.eof()) emit(line);
+        done.insert(rst.st_ino);
+      }
+      fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+      current_off = 0;
+      pending.clear();
+      std::cout << std::flush;
+      continue;
+    }
+    usleep(100 * 1000);
+  }
 }
 
 }  // namespace fencefs::cli

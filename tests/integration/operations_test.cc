@@ -561,7 +561,9 @@ TEST(Fencectl, EveryCommandHasItsOwnHelp) {
       {"sign", {"--key", "--domain", "--epoch"}},
       {"domain", {"--mount"}},
       {"status", {"--mount", "--json"}},
-      {"audit", {"--mount", "--state", "--domain", "--since", "--decision", "--verbose", "--json"}},
+      {"audit",
+       {"--mount", "--state", "--domain", "--since", "--decision", "--verbose", "--json",
+        "--follow", "--summary"}},
       {"verify", {"--state", "--json", "--quiet"}},
       {"recover", {"--state", "--floor", "--backing", "--json"}}};
   for (const auto& [cmd, opts] : commands) {
@@ -828,4 +830,44 @@ TEST(Fencectl, AdvanceAndDomainExitCodesFollowTheTable) {
   ASSERT_EQ(::mkdir(m.bpath("sub").c_str(), 0755), 0);
   EXPECT_EQ(run("domain add " + m.path("sub")), 0);
   EXPECT_EQ(run("domain add " + m.path("sub")), 215);  // EEXIST: declared already (other)
+}
+
+TEST(Audit, FollowPrintsNewRecordsAcrossRotation) {
+  Mount m({"-o", "audit_max_bytes=1500"});  // a rotation every few records
+  std::string out = m.root() + "/follow.out";
+  pid_t follower = fork();
+  if (follower == 0) {
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    execl(kCtl.c_str(), kCtl.c_str(), "audit", "--mount", m.mnt().c_str(), "--decision", "refused",
+          "--follow", "--json", nullptr);
+    _exit(127);
+  }
+  // Let it reach the end of the trail first; then refusals f1..f12, each in its own process.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 1; i <= 12; i++) EXPECT_EQ(write_as(m, 0, "f" + std::to_string(i), "x"), EPERM);
+  bool all = wait_for_text(out, "\"path\":\"/f12\"");
+  kill(follower, SIGTERM);
+  waitpid(follower, nullptr, 0);
+  EXPECT_TRUE(all) << slurp(out);
+  EXPECT_TRUE(exists(m.bpath(".fencefs/audit.log.2"))) << "expected several rotations";
+  std::string text = slurp(out);
+  size_t at = 0;
+  for (int i = 1; i <= 12; i++) {
+    size_t next = text.find("\"path\":\"/f" + std::to_string(i) + "\"", at);
+    EXPECT_NE(next, std::string::npos) << "f" << i << " missing or out of order: " << text;
+    if (next != std::string::npos) at = next;
+  }
+}
+
+TEST(Audit, SummaryCountsByReasonProcessAndCommand) {
+  Mount m;
+  for (int i = 0; i < 3; i++) EXPECT_EQ(write_as(m, 0, "f", "x"), EPERM);
+  int st = -1;
+  std::string text = sh_out(kCtl + " audit --mount " + m.mnt() + " --summary", &st);
+  EXPECT_EQ(st, 0) << text;
+  EXPECT_NE(text.find("refused/missing"), std::string::npos) << text;
+  std::string j = sh_out(kCtl + " audit --mount " + m.mnt() + " --summary --json", &st);
+  EXPECT_EQ(sh_out("echo '" + j + "' | jq -r '.by_reason[\"refused/missing\"]'"), "3\n") << j;
+  EXPECT_EQ(sh_out("echo '" + j + "' | jq -r '.by_process | length'"), "4\n") << j;  // 3 + daemon
 }
