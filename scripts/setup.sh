@@ -7,10 +7,11 @@ cd "$(dirname "$0")/.."
 # Build: compiler, libraries. Test: tools the integration tests drive as legacy jobs.
 PKGS=(
   build-essential cmake pkg-config git
-  libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev
+  libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev libmount-dev libsystemd-dev
   attr rsync sqlite3 lmdb-utils tar fio fiu-utils libfiu-dev
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
   libcurl4-openssl-dev etcd-server etcd-client
+  systemd man-db groff-base jq
 )
 
 missing=()

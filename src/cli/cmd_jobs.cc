@@ -16,6 +16,7 @@
 #include "cli/ctlfile.h"
 #include "cli/exit_codes.h"
 #include "cli/fence_ioctl.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "fence/token.h"
@@ -30,29 +31,16 @@ std::string errname(int err) {
 
 std::string need_mount(const std::string& m) {
   if (m.empty()) usage_error("--mount M is required");
-  std::string root = find_mount(m);
-  if (root.empty()) {
-    fail(m + " is not a fencefs mount (no .fencefs/ctl)");
-    exit(exit_code::kUnreachable);
-  }
-  return root;
+  return mount_or_exit(m, "");
 }
 
 }  // namespace
 
 int cmd_advance(const Args& args) {
-  std::string mount;
-  bool force = false;
-  std::vector<std::string> pos;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount)) continue;
-    if (args[i] == "--force") {
-      force = true;
-      continue;
-    }
-    if (args[i].rfind("--", 0) == 0) usage_error("advance: unknown option " + args[i]);
-    pos.push_back(args[i]);
-  }
+  Parsed p = parse_command(*find_command("advance"), args);
+  std::string mount = p.value("mount");
+  bool force = p.flag("force");
+  std::vector<std::string> pos = p.positional;
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
   std::string root = need_mount(mount);
   if (!fence::parse_token_text(pos[1])) {
@@ -84,13 +72,9 @@ int cmd_advance(const Args& args) {
 }
 
 int cmd_sign(const Args& args) {
-  std::string key, domain, epoch;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--key", &key) || take_opt(args, &i, "--domain", &domain) ||
-        take_opt(args, &i, "--epoch", &epoch))
-      continue;
-    usage_error("sign: unexpected argument " + args[i]);
-  }
+  Parsed p = parse_command(*find_command("sign"), args);
+  std::string key = p.value("key"), domain = p.value("domain"), epoch = p.value("epoch");
+  if (!p.positional.empty()) usage_error("sign: unexpected argument " + p.positional[0]);
   if (key.empty() || domain.empty() || epoch.empty())
     usage_error("sign: --key FILE --domain D --epoch N are required");
   auto e = fence::parse_token(epoch);
@@ -98,7 +82,7 @@ int cmd_sign(const Args& args) {
   std::ifstream in(key, std::ios::binary);
   if (!in) {
     fail("sign: cannot read key " + key + ": " + common::errstr(errno));
-    return 1;
+    return exit_code::kFailed;
   }
   std::string k((std::istreambuf_iterator<char>(in)), {});
   while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
@@ -107,59 +91,46 @@ int cmd_sign(const Args& args) {
 }
 
 int cmd_domain(const Args& args) {
-  if (args.size() < 2 || args[0] != "add") usage_error("domain: expected `domain add PATH`");
-  std::string mount;
-  std::string path;
-  for (size_t i = 1; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount)) continue;
-    path = args[i];
-  }
+  Parsed p = parse_command(*find_command("domain"), args);
+  if (p.positional.size() != 2 || p.positional[0] != "add")
+    usage_error("domain: expected `domain add PATH`");
+  std::string mount = p.value("mount"), path = p.positional[1];
   char real[PATH_MAX];
   if (!realpath(path.c_str(), real)) {
+    if (errno == ENOTCONN) mount_or_exit(path, "domain add");
     fail("domain add: " + path + ": " + common::errstr(errno));
-    return 1;
+    return exit_code::kFailed;
   }
-  std::string root = find_mount(mount.empty() ? std::string(real) : mount);
-  if (root.empty()) {
-    fail("domain add: " + path + " is not inside a fencefs mount");
-    return 1;
-  }
+  std::string root = mount_or_exit(mount.empty() ? std::string(real) : mount, "domain add");
   std::string rel = std::string(real).substr(root == "/" ? 0 : root.size());
   if (rel.empty()) {
     fail("domain add: the mount root is always a domain");
-    return 1;
+    return exit_code::kFailed;
   }
   std::string reply;
   int err = send_command(root, "domain add " + rel, &reply);
   if (err) {
     fail(fmt::format("domain add {} refused: {} ({})", rel, errname(err), reply));
-    return 1;
+    return exit_code::from_errno(err);
   }
   std::cout << reply << "\n";
   return 0;
 }
 
 int cmd_status(const Args& args) {
-  std::string mount;
-  bool as_json = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount)) continue;
-    if (args[i] == "--json") {
-      as_json = true;
-      continue;
-    }
-    if (mount.empty() && args[i].rfind("--", 0) != 0) {
-      mount = args[i];
-      continue;
-    }
-    usage_error("status: unexpected argument " + args[i]);
-  }
+  Parsed p = parse_command(*find_command("status"), args);
+  std::string mount = p.value("mount");
+  bool as_json = p.flag("json");
+  if (mount.empty() && p.positional.size() == 1)
+    mount = p.positional[0];  // status MOUNT
+  else if (!p.positional.empty())
+    usage_error("status: unexpected argument " + p.positional[0]);
   std::string root = need_mount(mount);
   std::string text;
   int err = read_ctl_file(root, "status", &text);
   if (err) {
     fail(fmt::format("status: cannot read {}/.fencefs/status: {}", root, common::errstr(err)));
-    return 1;
+    return exit_code::kFailed;
   }
   if (as_json) {
     std::cout << text;
@@ -169,7 +140,7 @@ int cmd_status(const Args& args) {
   auto v = json::parse(text, &perr);
   if (!v) {
     fail("status: daemon sent malformed JSON: " + perr);
-    return 1;
+    return exit_code::kFailed;
   }
   const json::Value* j = v->get("journal");
   std::cout << "mount    " << root << "\n";

@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -29,6 +30,8 @@
 #include "audit/audit.h"
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
+#include "cli/exit_codes.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/path.h"
@@ -355,21 +358,11 @@ std::string mtime_str(int64_t sec, int64_t nsec) { return fmt::format("{}.{:09d}
 }  // namespace
 
 int cmd_verify(const Args& args) {
-  std::string backing_arg, state_arg;
-  bool as_json = false, quiet = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--state", &state_arg)) continue;
-    if (args[i] == "--json") {
-      as_json = true;
-    } else if (args[i] == "--quiet" || args[i] == "-q") {
-      quiet = true;
-    } else if (args[i].rfind("--", 0) == 0 || !backing_arg.empty()) {
-      usage_error("verify: unexpected argument " + args[i]);
-    } else {
-      backing_arg = args[i];
-    }
-  }
-  if (backing_arg.empty()) usage_error("verify: expected BACKING");
+  Parsed p = parse_command(*find_command("verify"), args);
+  std::string state_arg = p.value("state");
+  bool as_json = p.flag("json"), quiet = p.flag("quiet");
+  if (p.positional.size() != 1) usage_error("verify: expected one BACKING");
+  std::string backing_arg = p.positional[0];
   raise_fd_limit();
 
   std::vector<std::string> cannot;  // reasons the check could not be done (exit 2)
@@ -630,18 +623,11 @@ int cmd_verify(const Args& args) {
 // --- recover ----------------------------------------------------------------------------------
 
 int cmd_recover(const Args& args) {
-  std::string state_arg, floor_arg, backing_arg;
-  bool as_json = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--state", &state_arg) || take_opt(args, &i, "--floor", &floor_arg) ||
-        take_opt(args, &i, "--backing", &backing_arg))
-      continue;
-    if (args[i] == "--json") {
-      as_json = true;
-      continue;
-    }
-    usage_error("recover: unexpected argument " + args[i]);
-  }
+  Parsed p = parse_command(*find_command("recover"), args);
+  std::string state_arg = p.value("state"), floor_arg = p.value("floor"),
+              backing_arg = p.value("backing");
+  bool as_json = p.flag("json");
+  if (!p.positional.empty()) usage_error("recover: unexpected argument " + p.positional[0]);
   if (state_arg.empty() || floor_arg.empty())
     usage_error("recover: --state DIR and --floor N are required");
   uint64_t floor = 0;
@@ -669,7 +655,7 @@ int cmd_recover(const Args& args) {
       fail("recover: " + dir + " is in use; unmount fencefs first:");
       for (auto& u : users) std::cerr << "  " << u << "\n";
     }
-    return 2;
+    return exit_code::kFailed;
   }
 
   std::string report;
@@ -745,13 +731,13 @@ int cmd_recover(const Args& args) {
     out += "],\"warnings\":[";
     for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
     std::cout << out << "]}\n";
-    return rc == 0 ? 0 : 1;
+    return rc == 0 ? 0 : exit_code::kFailed;
   }
   for (auto& l : lines) std::cout << l << "\n";
   for (auto& w : warnings) std::cerr << "fencectl: recover: warning: " << w << "\n";
   if (rc != 0) {
     fail(fmt::format("recover: failed: {} ({})", errname(rc), common::errstr(rc)));
-    return 1;
+    return exit_code::kFailed;
   }
   std::cout << fmt::format(
       "recovered {}: every domain is at epoch >= {}; recorded in {}/audit.log\n", dir, floor, dir);
@@ -760,34 +746,55 @@ int cmd_recover(const Args& args) {
 
 // --- audit ------------------------------------------------------------------------------------
 
-int cmd_audit(const Args& args) {
-  std::string mount, state, domain, since_arg, decisions_arg;
-  bool as_json = false, verbose = false;
-  for (size_t i = 0; i < args.size(); i++) {
-    if (take_opt(args, &i, "--mount", &mount) || take_opt(args, &i, "--state", &state) ||
-        take_opt(args, &i, "--domain", &domain) || take_opt(args, &i, "--since", &since_arg) ||
-        take_opt(args, &i, "--decision", &decisions_arg))
-      continue;
-    if (args[i] == "--json") {
-      as_json = true;
-    } else if (args[i] == "--verbose" || args[i] == "-v") {
-      verbose = true;
-    } else {
-      usage_error("audit: unexpected argument " + args[i]);
-    }
+// --summary: matching records counted by decision and reason, by process and by command.
+template <typename Rows>
+void print_audit_summary(const Rows& rows, bool as_json) {
+  std::map<std::string, uint64_t> by_reason, by_process, by_comm;
+  for (const auto& r : rows) {
+    by_reason[r.cols[1] + "/" + r.cols[2]]++;
+    by_process[r.cols[8] + " " + r.cols[9]]++;
+    by_comm[r.cols[9]]++;
   }
+  if (as_json) {
+    auto obj = [](const std::map<std::string, uint64_t>& m) {
+      std::string o = "{";
+      for (const auto& [k, n] : m) o += (o.size() > 1 ? "," : "") + q(k) + ":" + std::to_string(n);
+      return o + "}";
+    };
+    std::cout << "{\"records\":" << rows.size() << ",\"by_reason\":" << obj(by_reason)
+              << ",\"by_process\":" << obj(by_process) << ",\"by_command\":" << obj(by_comm)
+              << "}\n";
+    return;
+  }
+  std::cout << "records: " << rows.size() << "\n";
+  auto section = [](const char* title, const std::map<std::string, uint64_t>& m) {
+    std::vector<std::pair<uint64_t, std::string>> v;
+    for (const auto& [k, n] : m) v.push_back({n, k});
+    std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
+    std::cout << "\n" << title << "\n";
+    for (const auto& [n, k] : v) std::cout << fmt::format("  {:>8}  {}\n", n, k);
+  };
+  section("by decision/reason:", by_reason);
+  section("by process (pid command):", by_process);
+  section("by command:", by_comm);
+}
+
+int cmd_audit(const Args& args) {
+  Parsed p = parse_command(*find_command("audit"), args);
+  std::string mount = p.value("mount"), state = p.value("state"), domain = p.value("domain"),
+              since_arg = p.value("since"), decisions_arg = p.value("decision");
+  bool as_json = p.flag("json"), verbose = p.flag("verbose");
+  bool follow = p.flag("follow"), summary = p.flag("summary");
+  if (follow && summary) usage_error("audit: --follow and --summary do not go together");
+  if (!p.positional.empty()) usage_error("audit: unexpected argument " + p.positional[0]);
   if (mount.empty() == state.empty()) usage_error("audit: give --mount M or --state DIR");
   if (!mount.empty()) {
-    std::string root = find_mount(mount);
-    if (root.empty()) {
-      fail("audit: " + mount + " is not a fencefs mount (no .fencefs/ctl)");
-      return 2;
-    }
+    std::string root = mount_or_exit(mount, "audit");
     auto st = mount_status(root);
     const json::Value* s = st ? st->get("state") : nullptr;
     if (!s || s->type != json::Value::Type::String) {
       fail("audit: cannot read the state directory from " + root + "/.fencefs/status");
-      return 2;
+      return exit_code::kFailed;
     }
     state = s->str;
   }
@@ -796,7 +803,7 @@ int cmd_audit(const Args& args) {
   if (stat(state.c_str(), &sst) != 0 || !S_ISDIR(sst.st_mode)) {
     fail("audit: state directory " + state + ": " +
          (errno ? common::errstr(errno) : "not a directory"));
-    return 2;
+    return exit_code::kFailed;
   }
   std::optional<int64_t> since;
   if (!since_arg.empty()) {
@@ -806,14 +813,32 @@ int cmd_audit(const Args& args) {
           "audit: --since takes an ISO 8601 time (2026-12-02T10:00:00Z) or a duration "
           "(90s, 10m, 2h, 1d, 1w)");
   }
+  // The decisions a record can carry (docs/audit.md); "accepted" is counted, never logged.
+  static const char* const kDecisions[] = {"refused",  "advanced", "bound",     "unbound",
+                                           "declared", "info",     "recovered", "failed",
+                                           "detected", "accepted"};
   std::vector<std::string> decisions;
   for (size_t pos = 0; !decisions_arg.empty() && pos <= decisions_arg.size();) {
     size_t c = decisions_arg.find(',', pos);
     std::string d = decisions_arg.substr(pos, c == std::string::npos ? c : c - pos);
-    if (!d.empty()) decisions.push_back(d);
+    if (!d.empty()) {
+      if (std::find_if(std::begin(kDecisions), std::end(kDecisions),
+                       [&](const char* k) { return d == k; }) == std::end(kDecisions))
+        usage_error("audit: unknown decision '" + d +
+                    "' (refused, advanced, bound, unbound, declared, info, recovered, failed, "
+                    "detected, accepted)");
+      decisions.push_back(d);
+    }
     if (c == std::string::npos) break;
     pos = c + 1;
   }
+  // An unreadable trail is an error, not an empty one.
+  if (access(state.c_str(), R_OK | X_OK) != 0) {
+    fail("audit: cannot read the audit trail in " + state + ": " + common::errstr(errno) +
+         " (the state directory is readable by root only)");
+    return exit_code::kFailed;
+  }
+  bool unreadable = false;
   if (!domain.empty()) {
     while (domain.size() > 1 && domain.back() == '/') domain.pop_back();
     if (domain[0] != '/') usage_error("audit: --domain takes a domain path such as / or /jobs/a");
@@ -823,73 +848,79 @@ int cmd_audit(const Args& args) {
     std::string cols[10];
     std::string message;
   };
+  // The row of a record that passes the filters; nullopt for one that does not.
+  auto match = [&](const json::Value& v) -> std::optional<Row> {
+    auto str = [&](const char* k) {
+      const json::Value* x = v.get(k);
+      return x ? x->as_string() : std::string();
+    };
+    if (!decisions.empty() &&
+        std::find(decisions.begin(), decisions.end(), str("decision")) == decisions.end())
+      return std::nullopt;
+    if (!domain.empty() && str("domain") != domain) return std::nullopt;
+    if (since) {
+      auto t = audit::parse_iso_time(str("time"));
+      if (!t || *t < *since) return std::nullopt;
+    }
+    Row r;
+    std::string t = str("time");
+    if (t.size() > 23 && t.back() == 'Z') t = t.substr(0, 23) + "Z";  // milliseconds
+    std::string before = str("epoch_before"), after = str("epoch_after");
+    std::string path = str("path");
+    if (!str("path2").empty()) path += " -> " + str("path2");
+    auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
+    r.cols[0] = t;
+    r.cols[1] = dash(str("decision"));
+    r.cols[2] = dash(str("reason"));
+    r.cols[3] = dash(str("op"));
+    r.cols[4] = dash(str("domain"));
+    r.cols[5] = dash(path);
+    r.cols[6] = dash(str("token"));
+    r.cols[7] = before == after ? dash(after) : before + "->" + after;
+    r.cols[8] = dash(str("pid"));
+    r.cols[9] = dash(str("comm"));
+    r.message = str("message");
+    if (!str("error").empty()) r.message = str("error") + ": " + r.message;
+    // Every field as the terminal will show it: a name cannot forge a row or send escapes.
+    for (auto& col : r.cols) col = audit::display_escape(col);
+    r.message = audit::display_escape(r.message);
+    return r;
+  };
   std::vector<Row> rows;
   uint64_t bad = 0;
   std::string first_bad;
+  // Where the reading stopped in the current file (audit.log), for --follow.
+  std::string current = state + "/audit.log";
+  ino_t current_ino = 0;
+  off_t current_off = 0;
   // Epoch changes rotated out of the logs come from the epochs trail, then the logs.
-  struct Stored {
-    std::string line, where;
-    bool complete;
-  };
-  std::vector<Stored> stored;
   for (const std::string& u : audit::for_each_record(
            state, [&](const std::string&line, const std::string&where, bool complete) {
-             stored.push_back({line, where, complete});
-           }))
+             bool in_current = where.compare(0, current.size() + 1, current + ":") == 0;
+             if (in_current && complete) current_off += static_cast<off_t>(line.size() + 1);
+             auto v = json::parse(line);
+             if (!v || v->type != json::Value::Type::Object) {
+               if (complete && bad++ == 0) first_bad = where;
+               return;
+             }
+             auto r = match(*v);
+             if (!r) return;
+             if (as_json && !summary)
+               std::cout << line << "\n";
+             else
+               rows.push_back(std::move(*r));
+           })) {
     fail("audit: cannot read " + u);
-  {
-    for (const auto& [line, where, complete] : stored) {
-      auto v = json::parse(line);
-      if (!v || v->type != json::Value::Type::Object) {
-        if (complete) {
-          if (bad++ == 0) first_bad = where;
-        }
-        continue;
-      }
-      auto str = [&](const char* k) {
-        const json::Value* x = v->get(k);
-        return x ? x->as_string() : std::string();
-      };
-      if (!decisions.empty() &&
-          std::find(decisions.begin(), decisions.end(), str("decision")) == decisions.end())
-        continue;
-      if (!domain.empty() && str("domain") != domain) continue;
-      if (since) {
-        auto t = audit::parse_iso_time(str("time"));
-        if (!t || *t < *since) continue;
-      }
-      if (as_json) {
-        std::cout << line << "\n";
-        continue;
-      }
-      Row r;
-      std::string t = str("time");
-      if (t.size() > 23 && t.back() == 'Z') t = t.substr(0, 23) + "Z";  // milliseconds
-      std::string before = str("epoch_before"), after = str("epoch_after");
-      std::string path = str("path");
-      if (!str("path2").empty()) path += " -> " + str("path2");
-      auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
-      r.cols[0] = t;
-      r.cols[1] = dash(str("decision"));
-      r.cols[2] = dash(str("reason"));
-      r.cols[3] = dash(str("op"));
-      r.cols[4] = dash(str("domain"));
-      r.cols[5] = dash(path);
-      r.cols[6] = dash(str("token"));
-      r.cols[7] = before == after ? dash(after) : before + "->" + after;
-      r.cols[8] = dash(str("pid"));
-      r.cols[9] = dash(str("comm"));
-      r.message = str("message");
-      if (!str("error").empty()) r.message = str("error") + ": " + r.message;
-      // Every field as the terminal will show it: a name cannot forge a row or send escapes.
-      for (auto& col : r.cols) col = audit::display_escape(col);
-      r.message = audit::display_escape(r.message);
-      rows.push_back(std::move(r));
-    }
+    unreadable = true;
   }
+  if (struct stat fst; stat(current.c_str(), &fst) == 0) current_ino = fst.st_ino;
   if (bad)
     fail(fmt::format("audit: {} unreadable line(s) skipped (the first at {})", bad, first_bad));
-  if (as_json) return 0;
+  int status = unreadable ? exit_code::kFailed : 0;
+  if (summary) {
+    print_audit_summary(rows, as_json);
+    return status;
+  }
   static const char* kHead[10] = {"TIME", "DECISION", "REASON", "OP",  "DOMAIN",
                                   "PATH", "TOKEN",    "EPOCH",  "PID", "COMM"};
   size_t w[10];
@@ -901,19 +932,87 @@ int cmd_audit(const Args& args) {
     std::string l;
     for (int c = 0; c < 10; c++) {
       l += cols[c];
-      if (c < 9) l += std::string(w[c] - cols[c].size() + 2, ' ');
+      if (c < 9) l += std::string(w[c] > cols[c].size() ? w[c] - cols[c].size() + 2 : 2, ' ');
     }
     std::cout << l << "\n";
   };
-  std::string head[10];
-  for (int c = 0; c < 10; c++) head[c] = kHead[c];
-  print(head);
-  for (auto& r : rows) {
-    print(r.cols);
-    if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
+  if (!as_json) {
+    std::string head[10];
+    for (int c = 0; c < 10; c++) head[c] = kHead[c];
+    print(head);
+    for (auto& r : rows) {
+      print(r.cols);
+      if (verbose && !r.message.empty()) std::cout << "    " << r.message << "\n";
+    }
+    if (rows.empty() && !unreadable && !follow)
+      std::cerr << "fencectl: audit: no matching records in " << state << "\n";
   }
-  if (rows.empty()) std::cerr << "fencectl: audit: no matching records in " << state << "\n";
-  return 0;
+  if (!follow) return status;
+
+  // --follow: new records of audit.log as they come, across rotation. A rotation renames
+  // audit.log to audit.log.1 (and so on) and starts a new one, maybe several times between two
+  // looks: the file followed is read to its end, then every rotated file not read yet, oldest
+  // first, then the new audit.log.
+  std::cout << std::flush;
+  auto emit = [&](const std::string& line) {
+    auto v = json::parse(line);
+    if (!v || v->type != json::Value::Type::Object) return;
+    auto r = match(*v);
+    if (!r) return;
+    if (as_json) {
+      std::cout << line << "\n";
+    } else {
+      print(r->cols);
+      if (verbose && !r->message.empty()) std::cout << "    " << r->message << "\n";
+    }
+  };
+  std::set<ino_t> done;  // files read to their end
+  for (const std::string& f : audit::log_files(state)) {
+    struct stat fst;
+    if (f != current && stat(f.c_str(), &fst) == 0) done.insert(fst.st_ino);
+  }
+  int fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat fst;
+  if (fd >= 0 && (fstat(fd, &fst) != 0 || fst.st_ino != current_ino)) current_off = 0;
+  std::string pending;
+  for (;;) {
+    char buf[65536];
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof buf, current_off) : 0;
+    if (n > 0) {
+      current_off += n;
+      pending.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = pending.find('\n')) != std::string::npos) {
+        emit(pending.substr(0, nl));
+        pending.erase(0, nl + 1);
+      }
+      std::cout << std::flush;
+      continue;
+    }
+    struct stat now;
+    if (stat(current.c_str(), &now) == 0 &&
+        (fd < 0 || fstat(fd, &fst) != 0 || now.st_ino != fst.st_ino)) {
+      if (fd >= 0) {
+        done.insert(fst.st_ino);
+        close(fd);
+      }
+      for (const std::string& f : audit::log_files(state)) {
+        struct stat rst;
+        if (f == current || stat(f.c_str(), &rst) != 0 || done.count(rst.st_ino)) continue;
+        std::ifstream in(f, std::ios::binary);
+        std::string line;
+        while (std::getline(in, line))
+          if (!in.eof()) emit(line);
+        done.insert(rst.st_ino);
+      }
+      fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+      current_off = 0;
+      pending.clear();
+      std::cout << std::flush;
+      continue;
+    }
+    usleep(100 * 1000);
+  }
 }
 
 }  // namespace fencefs::cli

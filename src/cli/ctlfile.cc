@@ -8,20 +8,45 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+
+#include "cli/exit_codes.h"
 
 namespace fencefs::cli {
 
-std::string find_mount(const std::string& path) {
+std::string find_mount(const std::string& path, int* err) {
   char real[PATH_MAX];
-  if (!realpath(path.c_str(), real)) return "";
+  if (err) *err = 0;
+  if (!realpath(path.c_str(), real)) {
+    if (err) *err = errno;
+    return "";
+  }
   std::string p = real;
   for (;;) {
     struct stat st;
     if (stat((p + "/.fencefs/ctl").c_str(), &st) == 0 && S_ISREG(st.st_mode)) return p;
+    if (errno == ENOTCONN) {
+      if (err) *err = ENOTCONN;
+      return "";
+    }
     if (p == "/" || p.empty()) return "";
     size_t slash = p.rfind('/');
     p = slash == 0 ? "/" : p.substr(0, slash);
   }
+}
+
+std::string mount_or_exit(const std::string& path, const std::string& what) {
+  int err = 0;
+  std::string root = find_mount(path, &err);
+  if (!root.empty()) return root;
+  std::string prefix = what.empty() ? "" : what + ": ";
+  if (err == ENOTCONN)
+    std::cerr << "fencectl: " << prefix << path
+              << ": daemon gone (ENOTCONN: the fencefs daemon of this mount died); umount it "
+                 "(fusermount3 -u MOUNTPOINT) and mount again\n";
+  else
+    std::cerr << "fencectl: " << prefix << path << " is not a fencefs mount (no .fencefs/ctl)\n";
+  exit(exit_code::kUnreachable);
 }
 
 int send_command(const std::string& mount, const std::string& line, std::string* reply) {

@@ -2,6 +2,7 @@
 // range (200-215) that wrapped commands rarely return: 0-2, 124-127 and 128+signal stay CMD's, and
 // `fencectl run` passes CMD's status through unchanged.
 #pragma once
+#include <cerrno>
 
 namespace fencefs::cli::exit_code {
 
@@ -24,5 +25,31 @@ constexpr int kRollback = 210;      // the resource detected a rolled-back state
 constexpr int kLockService = 211;   // the lock service (etcd) is unreachable or failed
 constexpr int kExecFailed = 212;    // CMD could not be started
 constexpr int kFailed = 215;        // any other failure of fencectl itself (message says why)
+
+// The status for a refusal the daemon gave as an errno.
+inline int from_errno(int err) {
+  switch (err) {
+    case 0:
+      return kOk;
+    case ESTALE:
+      return kStale;
+    case ERANGE:
+      return kTooFar;
+    case EACCES:
+    case EPERM:
+      return kUnauthorised;
+    case EINVAL:
+      return kMalformed;
+    case ENOTCONN:
+    case ENOENT:
+      return kUnreachable;
+    case EIO:
+      return kJournalIo;
+    case EUCLEAN:
+      return kRollback;
+    default:
+      return kFailed;
+  }
+}
 
 }  // namespace fencefs::cli::exit_code

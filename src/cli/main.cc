@@ -3,10 +3,15 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/exit_codes.h"
+#include "cli/options.h"
 
 namespace fencefs::cli {
 
+const char* kVersion = "0.1";
+
 const char* kUsage = R"(usage: fencectl COMMAND [ARGS...]
+       fencectl COMMAND --help | --help | --version
 
 Jobs:
   run --mount M --domain D (--token T | --acquire | --etcd E --lock NAME) [--user U[:G]]
@@ -41,10 +46,13 @@ Operators:
         offline, when fencefs refuses to mount: salvage the valid prefix of a damaged journal,
         raise every domain to at least epoch N, write a fresh state. Audited.
 
+`fencectl COMMAND --help` describes a command's options; `fencectl --version`.
+
 Exit status: 0 success; `run` passes CMD's status through unchanged (0-199, and 128+signal).
 fencectl's own failures use a reserved range: 200 usage, 201 stale (lower than the epoch),
 202 too far (beyond max_jump), 203 unauthorised, 204 malformed or not a domain, 205 daemon not
-reachable, 206 journal I/O failure, 207 lock not acquired within --wait, 208 lease lost,
+reachable (not a fencefs mount, or its daemon died: "daemon gone; umount it"),
+206 journal I/O failure, 207 lock not acquired within --wait, 208 lease lost,
 209 issuer behind the resource, 210 rollback detected, 211 lock service unreachable or failed,
 212 CMD could not be started, 215 other. `verify` keeps 1 (findings) and 2 (could not check).
 Errors print the errno name and the reason, e.g.
@@ -53,7 +61,7 @@ Errors print the errno name and the reason, e.g.
 
 [[noreturn]] void usage_error(const std::string& msg) {
   std::cerr << "fencectl: " << msg << "\n(see fencectl --help)\n";
-  exit(2);
+  exit(exit_code::kUsage);
 }
 
 void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
@@ -82,13 +90,23 @@ int main(int argc, char* argv[]) {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
   }
+  if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
+    std::cout << "fencectl " << kVersion << "\n";
+    return 0;
+  }
   std::string cmd = argv[1];
   Args args(argv + 2, argv + argc);
-  for (auto& a : args)
-    if ((a == "--help" || a == "-h") && cmd != "run" && cmd != "lease") {
-      std::cout << kUsage;
-      return 0;
-    }
+  // `fencectl CMD --help`: the command's own help; run's arguments after "--" are CMD's.
+  if (cmd != "run" && cmd != "lease") {
+    for (auto& a : args)
+      if (a == "--help" || a == "-h") {
+        if (const CommandSpec* spec = find_command(cmd))
+          print_command_help(*spec, std::cout);
+        else
+          std::cout << kUsage;
+        return 0;
+      }
+  }
   if (cmd == "run") return cmd_run(args);
   if (cmd == "advance") return cmd_advance(args);
   if (cmd == "status") return cmd_status(args);

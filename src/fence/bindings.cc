@@ -72,6 +72,8 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   e.tokens[domain] = token;
   empty_ = false;
   gen_.fetch_add(1);
+  lk.unlock();
+  if (on_change) on_change(who->tgid, domain, token, true);
   return 0;
 }
 
@@ -86,6 +88,8 @@ int Bindings::unbind(pid_t tid, uint32_t domain) {
   }
   empty_ = bindings_.empty();
   gen_.fetch_add(1);
+  lk.unlock();
+  if (on_change) on_change(who->tgid, domain, 0, false);
   return 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <shared_mutex>
@@ -47,6 +48,9 @@ class Bindings {
 
   // Handles held by the resolution cache (for tests and metrics).
   size_t cached_handles() const;
+  // Called after every bind and unbind of a thread group (bound: false for unbind), outside the
+  // lock: the daemon keeps the bindings across restarts.
+  std::function<void(pid_t pid, uint32_t domain, Epoch token, bool bound)> on_change;
 
  private:
   struct Resolved {

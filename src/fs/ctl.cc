@@ -343,23 +343,35 @@ int ctl_ioctl_acquire(fuse_req_t req, Domain& d, const void* in, size_t in_size,
 std::string Fs::render_status_json() {
   auto& store = fence_.store();
   journal::Stats js = store.stats();
+  // Schema: docs/status-json.md. 64-bit values also as strings ("..._str"): jq reads numbers as
+  // doubles and would round epochs above 2^53.
+  auto uptime =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started)
+          .count();
+  auto since =
+      std::chrono::duration_cast<std::chrono::seconds>(started_wall.time_since_epoch()).count();
   std::string out = fmt::format(
-      "{{\"backing\":\"{}\",\"state\":\"{}\",\"max_jump\":{},\"journal\":{{\"poisoned\":{},"
+      "{{\"schema_version\":1,\"mount\":\"{}\",\"pid\":{},\"started_unix\":{},"
+      "\"uptime_seconds\":{},\"backing\":\"{}\",\"state\":\"{}\",\"max_jump\":{},"
+      "\"max_jump_str\":\"{}\",\"journal\":{{\"poisoned\":{},"
       "\"bytes\":{},\"snapshot_bytes\":{},\"syncs\":{},\"compactions\":{},"
       "\"sync_failures\":{}}},\"domains\":[",
+      audit::json_escape(opts_.mountpoint), getpid(), since, uptime,
       audit::json_escape(opts_.backing), audit::json_escape(opts_.state_dir),
-      fence_.config().max_jump, store.poisoned() ? "true" : "false", js.journal_bytes,
-      js.snapshot_bytes, js.syncs, js.compactions, js.sync_failures);
+      fence_.config().max_jump, fence_.config().max_jump, store.poisoned() ? "true" : "false",
+      js.journal_bytes, js.snapshot_bytes, js.syncs, js.compactions, js.sync_failures);
   auto bindings = bindings_.list();
   bool first = true;
   for (Domain* d : fence_.domains().all()) {
     out += first ? "" : ",";
     first = false;
     out += fmt::format(
-        "{{\"id\":{},\"path\":\"{}\",\"epoch\":{},\"last_advance_unix_ns\":{},\"accepted\":{},"
+        "{{\"id\":{},\"path\":\"{}\",\"epoch\":{},\"epoch_str\":\"{}\","
+        "\"last_advance_unix_ns\":{},\"last_advance_unix_ns_str\":\"{}\",\"accepted\":{},"
         "\"advances\":{},\"refused\":{{",
-        d->id, audit::json_escape(d->path), d->epoch.load(), d->last_advance_unix_ns.load(),
-        d->accepted.load(), d->advances.load());
+        d->id, audit::json_escape(d->path), d->epoch.load(), d->epoch.load(),
+        d->last_advance_unix_ns.load(), d->last_advance_unix_ns.load(), d->accepted.load(),
+        d->advances.load());
     for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
       out += fmt::format("{}\"{}\":{}", r ? "," : "", fence::reason_name(fence::Reason(r)),
                          d->refused[r].load());
@@ -368,8 +380,8 @@ std::string Fs::render_status_json() {
     for (auto& b : bindings) {
       auto t = b.tokens.find(d->id);
       if (t == b.tokens.end()) continue;
-      out += fmt::format("{}{{\"pid\":{},\"comm\":\"{}\",\"token\":{}}}", fb ? "" : ",", b.pid,
-                         audit::json_escape(b.comm), t->second);
+      out += fmt::format("{}{{\"pid\":{},\"comm\":\"{}\",\"token\":{},\"token_str\":\"{}\"}}",
+                         fb ? "" : ",", b.pid, audit::json_escape(b.comm), t->second, t->second);
       fb = false;
     }
     out += "]}";
@@ -393,6 +405,14 @@ std::string Fs::render_metrics() {
     }
     return o;
   };
+  out += fmt::format(
+      "# HELP fencefs_info The daemon serving this mount (value 1).\n# TYPE fencefs_info gauge\n"
+      "fencefs_info{{mount=\"{}\",backing=\"{}\",pid=\"{}\"}} 1\n",
+      label(opts_.mountpoint), label(opts_.backing), getpid());
+  out += fmt::format(
+      "# HELP fencefs_start_time_seconds When the daemon started serving (Unix time).\n"
+      "# TYPE fencefs_start_time_seconds gauge\nfencefs_start_time_seconds {}\n",
+      std::chrono::duration_cast<std::chrono::seconds>(started_wall.time_since_epoch()).count());
   out += "# HELP fencefs_epoch Durable epoch (high-water mark) of each domain.\n";
   out += "# TYPE fencefs_epoch gauge\n";
   for (Domain* d : domains)

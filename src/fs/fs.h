@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -87,8 +88,9 @@ struct Handle {
 struct Options {
   std::string backing;  // canonical
   std::string state_dir;
-  double timeout = 5.0;  // entry and attribute cache, seconds: sound since all changes pass here
-  bool stamps = true;    // the backing supports trusted.* xattrs
+  std::string mountpoint;  // canonical
+  double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
+  bool stamps = true;      // the backing supports trusted.* xattrs
 };
 
 class Fs {
@@ -152,6 +154,9 @@ class Fs {
   std::string render_metrics();
 
   std::atomic<uint64_t> n_inodes{0};
+  // When this daemon started serving: status and metrics report uptime from it.
+  const std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  const std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
 
  private:
   Options opts_;

@@ -8,9 +8,12 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -18,6 +21,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "daemon/binding_store.h"
+#include "daemon/claim.h"
+#include "daemon/lifecycle.h"
+#include "daemon/mounts.h"
 #include "fence/bindings.h"
 #include "fence/fence.h"
 #include "fence/stamp.h"
@@ -26,6 +33,7 @@
 using namespace fencefs;
 
 namespace {
+
 using common::under;
 
 const char* kUsage = R"(usage: fencefs [options] BACKING MOUNTPOINT
@@ -48,9 +56,23 @@ fencefs options (-o NAME=VALUE, comma-separated):
     timeout=SECS       kernel entry/attribute cache (default 5; sound: changes pass here)
     audit_max_bytes=N  rotate the audit log past N bytes (default 16777216)
     audit_keep=N       rotated audit logs kept (default 4)
-    --init             create a new state even though BACKING holds files stamped by an
+    init, --init       create a new state even though BACKING holds files stamped by an
                        earlier state (every domain starts at the highest stamp found)
-    --verbose          log every refusal and advance to stderr/syslog
+    log=WHERE          syslog, journal, stderr or an absolute FILE (reopened on SIGHUP);
+                       default stderr with -f, else syslog; an unreachable syslog or
+                       journal falls back to stderr
+    log_level=LEVEL    error, warning, info (default) or debug
+    verbose, --verbose log_level=debug: every refusal and advance
+    pidfile=FILE       write the daemon's pid to FILE (removed at unmount)
+    nonempty           allow a mountpoint that holds files (they are hidden while mounted)
+    takeover           mount although BACKING/.fencefs/owner names a mount on another host
+                       (only when that host is down or its daemon is gone)
+
+A backing and a state directory are served by one daemon at a time: a second fencefs on
+either refuses to start (see `man fencefs`, "One daemon per backing").
+
+Signals: SIGTERM, SIGINT: unmount and exit 0. SIGHUP: reopen the log file. SIGUSR1,
+SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU, SIGXFSZ: logged and ignored.
 
 Generic options:
     -f                 stay in the foreground
@@ -72,8 +94,13 @@ struct Args {
   char* timeout = nullptr;
   char* audit_max_bytes = nullptr;
   char* audit_keep = nullptr;
+  char* log = nullptr;
+  char* log_level = nullptr;
+  char* pidfile = nullptr;
   int init = 0;
   int verbose = 0;
+  int nonempty = 0;
+  int takeover = 0;
   int help = 0;
   int version = 0;
   std::string backing;
@@ -92,6 +119,12 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"--init", offsetof(Args, init), 1},
                            {"init", offsetof(Args, init), 1},
                            {"--verbose", offsetof(Args, verbose), 1},
+                           {"verbose", offsetof(Args, verbose), 1},
+                           {"log=%s", offsetof(Args, log), 0},
+                           {"log_level=%s", offsetof(Args, log_level), 0},
+                           {"pidfile=%s", offsetof(Args, pidfile), 0},
+                           {"nonempty", offsetof(Args, nonempty), 1},
+                           {"takeover", offsetof(Args, takeover), 1},
                            FUSE_OPT_KEY("-h", KEY_HELP),
                            FUSE_OPT_KEY("--help", KEY_HELP),
                            FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -115,27 +148,77 @@ int opt_proc(void* data, const char* arg, int key, fuse_args* outargs) {
   return 1;
 }
 
+// What a failing mount must take back, newest first: a failed mount leaves nothing behind.
+std::vector<std::function<void()>>& undo_stack() {
+  static std::vector<std::function<void()>> s;
+  return s;
+}
+bool g_logging_elsewhere = false;  // log= points somewhere besides stderr
+
 [[noreturn]] void die(const std::string& msg) {
   std::cerr << "fencefs: " << msg << "\n";
+  if (g_logging_elsewhere) log::error("{}", msg);
+  auto& undo = undo_stack();
+  while (!undo.empty()) {
+    auto fn = std::move(undo.back());
+    undo.pop_back();
+    fn();
+  }
   exit(1);  // NOLINT(concurrency-mt-unsafe): only before the FUSE threads start
 }
 
-uint64_t parse_u64(const char* s, const char* what) {
+uint64_t parse_u64(const char* s, const char* what, uint64_t min = 0, uint64_t max = UINT64_MAX) {
   uint64_t v = 0;
   const char* end = s + strlen(s);
   auto r = std::from_chars(s, end, v);
-  if (r.ec != std::errc() || r.ptr != end) die(fmt::format("{}: not a number: '{}'", what, s));
+  if (r.ec != std::errc() || r.ptr != end || s == end)
+    die(fmt::format("{}: not a non-negative integer: '{}'", what, s));
+  if (v < min || v > max) die(fmt::format("{}: {} is outside {}..{}", what, v, min, max));
   return v;
 }
 
-bool in_proc_mounts(const std::string& dir) {
-  std::ifstream in("/proc/mounts");
-  std::string dev, mnt, rest;
-  while (in >> dev >> mnt) {
-    std::getline(in, rest);
-    if (mnt == dir) return true;
+// Seconds as a plain decimal (e.g. 5, 0.5), 0..86400.
+double parse_seconds(const char* s, const char* what) {
+  double v = 0;
+  const char* end = s + strlen(s);
+  auto r = std::from_chars(s, end, v, std::chars_format::fixed);
+  if (r.ec != std::errc() || r.ptr != end || s == end || !std::isfinite(v) || v < 0 || v > 86400)
+    die(fmt::format("{}: not a number of seconds from 0 to 86400: '{}'", what, s));
+  return v;
+}
+
+// The canonical form of PATH, which need not exist yet (its parent must).
+std::string canonical_maybe_missing(const std::string& path, const char* what) {
+  char real[PATH_MAX];
+  if (realpath(path.c_str(), real)) return real;
+  if (errno != ENOENT) die(fmt::format("{} {}: {}", what, path, common::errstr(errno)));
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  size_t slash = p.rfind('/');
+  std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
+  std::string name = slash == std::string::npos ? p : p.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..")
+    die(fmt::format("{} {}: not a directory name", what, path));
+  if (!realpath(parent.c_str(), real))
+    die(fmt::format("{} {}: {}: {}", what, path, parent, common::errstr(errno)));
+  std::string out = real;
+  return out == "/" ? "/" + name : out + "/" + name;
+}
+
+std::vector<std::string> entries(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) names.push_back(e->d_name);
+    closedir(d);
   }
-  return false;
+  return names;
+}
+
+// Removes the entries of DIR that were not there before: what a failed mount created.
+void remove_new_entries(const std::string& dir, const std::vector<std::string>& before) {
+  for (const std::string& n : entries(dir))
+    if (std::find(before.begin(), before.end(), n) == before.end()) unlink((dir + "/" + n).c_str());
 }
 
 // Highest last-epoch stamp below dir (0 if none); stops descending into the state dir.
@@ -240,7 +323,37 @@ int main(int argc, char* argv[]) {
     std::cerr << kUsage;
     return 1;
   }
+
+  // Every option is checked before anything is created, locked or mounted.
+  std::string error;
+  log::Target log_target;
+  if (a.log) {
+    auto t = log::parse_target(a.log, &error);
+    if (!t) die(error);
+    log_target = *t;
+  } else if (!copts.foreground) {
+    log_target.sink = log::Sink::Syslog;
+  }
+  if (a.log_level) {
+    auto l = log::parse_level(a.log_level);
+    if (!l) die(fmt::format("log_level={}: use error, warning, info or debug", a.log_level));
+    log::set_level(*l);
+  }
   if (a.verbose) log::set_level(log::Level::Debug);
+
+  fence::Config cfg;
+  if (a.max_jump) cfg.max_jump = parse_u64(a.max_jump, "max_jump", 1, INT64_MAX);
+  if (a.issuers) parse_issuers(a.issuers, &cfg);
+  if (!a.issuers && getuid() != 0) cfg.issuer_uids.push_back(getuid());  // the mount's owner
+  if (a.token_key) cfg.token_key = read_key(a.token_key);
+  uint64_t floor_opt = a.floor ? parse_u64(a.floor, "floor", 0, INT64_MAX) : 0;
+  audit::Options aopts;
+  if (a.audit_max_bytes)
+    aopts.max_bytes = parse_u64(a.audit_max_bytes, "audit_max_bytes", 1, UINT64_MAX);
+  if (a.audit_keep) aopts.keep = static_cast<int>(parse_u64(a.audit_keep, "audit_keep", 0, 1000));
+  fs::Options fopts;
+  if (a.timeout) fopts.timeout = parse_seconds(a.timeout, "timeout");
+  if (a.pidfile && !daemon::pidfile_ok(a.pidfile, &error)) die(error);
 
   char real[PATH_MAX];
   if (!realpath(a.backing.c_str(), real))
@@ -252,18 +365,22 @@ int main(int argc, char* argv[]) {
   if (!realpath(copts.mountpoint, real))
     die(fmt::format("mountpoint {}: {}", copts.mountpoint, common::errstr(errno)));
   std::string mnt = real;
-  if (in_proc_mounts(mnt))
-    die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
+  auto busy = daemon::is_mountpoint(mnt, &error);
+  if (!busy) die(error);
+  if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
   if (under(mnt, backing) || under(backing, mnt))
     die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));
+  auto full = daemon::dir_has_entries(mnt, &error);
+  if (!full) die(error);
+  if (*full && !a.nonempty)
+    die(fmt::format(
+        "mountpoint {} is not empty: the mount would hide its files; use an empty directory "
+        "or -o nonempty",
+        mnt));
 
   std::string state = backing + "/.fencefs";
   if (a.state) {
-    if (!realpath(a.state, real)) {
-      if (mkdir(a.state, 0700) != 0 || !realpath(a.state, real))
-        die(fmt::format("state directory {}: {}", a.state, common::errstr(errno)));
-    }
-    state = real;
+    state = canonical_maybe_missing(a.state, "state directory");
     if (under(state, backing) && state != backing + "/.fencefs")
       die(
           fmt::format("state directory {} is inside BACKING and would be reachable through the "
@@ -271,12 +388,19 @@ int main(int argc, char* argv[]) {
                       state));
     if (under(state, mnt)) die(fmt::format("state directory {} is under the mountpoint", state));
   }
+  if (stat(state.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    die(fmt::format("state directory {} is not a directory", state));
+  cfg.backing = backing;
+  aopts.dir = state;
+  fopts.backing = backing;
+  fopts.state_dir = state;
+  fopts.mountpoint = mnt;
 
   // Lost state over stamped files would silently reopen old epochs: refuse unless told.
   journal::FileLayer& files = journal::posix_file_layer();
-  bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
   uint64_t init_floor = 0;
-  if (fresh) {
+  if (maybe_fresh) {
     uint64_t stamped = 0;
     int rfd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     uint64_t highest = rfd >= 0 ? max_stamp(rfd, 0, &stamped) : 0;
@@ -294,18 +418,66 @@ int main(int argc, char* argv[]) {
     init_floor = highest;
   }
 
+  // libfuse's own options, checked on a session that is thrown away.
+  // Last, so it wins over `dev,suid` from mount(8) or fstab `defaults`: a device node or set-id
+  // file in the tree would be a way around the fence.
+  std::string mopts =
+      "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
+  fuse_opt_add_arg(&args, "-o");
+  fuse_opt_add_arg(&args, mopts.c_str());
+  {
+    fuse_args probe = FUSE_ARGS_INIT(0, nullptr);
+    for (int i = 0; i < args.argc; i++) fuse_opt_add_arg(&probe, args.argv[i]);
+    fuse_lowlevel_ops none{};
+    fuse_session* se = fuse_session_new(&probe, &none, sizeof none, nullptr);
+    fuse_opt_free_args(&probe);
+    if (!se) die("cannot create the FUSE session (an unknown or malformed -o option?)");
+    fuse_session_destroy(se);
+  }
+
+  // From here on, everything created is undone if the mount fails.
+  if (log_target.sink != log::Sink::Stderr) {
+    if (!log::open(log_target, &error)) die(error);
+    g_logging_elsewhere = true;
+  }
+  if (mkdir(state.c_str(), 0700) == 0) {
+    // Until the lock is ours another daemon may be creating files here: only the directory we
+    // made, once empty again, is removed.
+    undo_stack().push_back([=] { rmdir(state.c_str()); });
+  } else if (errno != EEXIST) {
+    die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
+  }
+
+  auto claim = daemon::Claim::take({backing, state, mnt, a.takeover != 0}, &error);
+  if (!claim) die(error);
+  undo_stack().push_back([&claim] { claim->abandon(); });
+  // The state is ours now: what this mount creates in it from here is removed if it fails.
+  std::vector<std::string> state_before = entries(state);
+  undo_stack().push_back([=] { remove_new_entries(state, state_before); });
+  if (!claim->publish(&error)) die(error);
+  if (auto& prev = claim->previous())
+    log::warn("backing {} was last served by {}, which is gone{}", backing, prev->describe(),
+              a.takeover ? " (takeover)" : "");
+
+  // The lock makes the state ours: only now is "no state yet" settled.
+  bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  if (fresh && !maybe_fresh) die(fmt::format("the state in {} disappeared while mounting", state));
+
   journal::Options jopts;
   jopts.create_if_missing = fresh;
-  std::string error;
   auto store = journal::StateStore::open(state, jopts, files, &error);
   if (!store)
     die(fmt::format("cannot open state: {}\n(see `fencectl recover --help` for the way out)",
                     error));
-  for (auto& m : store->report().messages) {
-    if (store->report().created)
-      log::info("state: {}", m);
-    else
-      log::warn("state: {}", m);
+  {
+    // The summary of a routine open is information; anything repaired on the way is a warning.
+    const auto& msgs = store->report().messages;
+    for (size_t i = 0; i < msgs.size(); i++) {
+      if (store->report().created || i + 1 == msgs.size())
+        log::info("state: {}", msgs[i]);
+      else
+        log::warn("state: {}", msgs[i]);
+    }
   }
 
   fence::DomainTable domains;
@@ -332,21 +504,63 @@ int main(int argc, char* argv[]) {
   }
   if (!domains.root()) die("state has no root domain");
 
-  fence::Config cfg;
-  cfg.backing = backing;
-  if (a.max_jump) cfg.max_jump = parse_u64(a.max_jump, "max_jump");
-  if (cfg.max_jump == 0) die("max_jump must be at least 1");
-  if (a.issuers) parse_issuers(a.issuers, &cfg);
-  if (!a.issuers && getuid() != 0) cfg.issuer_uids.push_back(getuid());  // the mount's owner
-  if (a.token_key) cfg.token_key = read_key(a.token_key);
-
-  audit::Options aopts;
-  aopts.dir = state;
-  if (a.audit_max_bytes) aopts.max_bytes = parse_u64(a.audit_max_bytes, "audit_max_bytes");
-  if (a.audit_keep) aopts.keep = static_cast<int>(parse_u64(a.audit_keep, "audit_keep"));
   audit::Log audit_log(aopts);
   fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   fence::Fence fence(cfg, domains, *store, &audit_log, &highwater);
+
+  // Many cached inodes each hold an O_PATH fd.
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  umask(0);  // modes arrive already masked by the caller's umask
+
+  int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
+  if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
+  {
+    // Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
+    std::string probe = state + "/.xattr-probe";
+    int pfd = open(probe.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+    if (pfd >= 0) {
+      if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
+        fopts.stamps = false;
+        log::warn(
+            "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
+            "stamps, so a rolled-back state cannot be detected from them",
+            common::errstr(errno));
+      }
+      close(pfd);
+      unlink(probe.c_str());
+    }
+  }
+  // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
+  fence::Bindings bindings;
+  daemon::BindingStore binding_store(state);
+  {
+    auto r =
+        binding_store.restore(bindings, [&](uint32_t id) { return domains.by_id(id) != nullptr; });
+    if (r.restored || r.dropped)
+      log::info("bindings: {} process(es) rebound, {} gone or changed", r.restored, r.dropped);
+    bindings.on_change = [&](pid_t pid, uint32_t domain, fence::Epoch token, bool bound) {
+      binding_store.record(bindings, pid, domain, token, bound);
+    };
+  }
+  fs::Fs filesystem(fopts, fence, bindings, root_fd);
+
+  fuse_session* se =
+      fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
+  if (!se) die("cannot create the FUSE session (bad option?)");
+  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
+  // SIGHUP would end the session (libfuse's handler), others would kill the daemon: a thread
+  // takes them instead (started once the daemon runs in its final process).
+  daemon::block_handled_signals();
+  if (fuse_session_mount(se, mnt.c_str()) != 0)
+    die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
+  undo_stack().push_back([se] { fuse_session_unmount(se); });
+
+  // Mounted, not yet serving: requests wait for the session loop, so the floor and the
+  // records below precede every operation.
   for (const std::string& msg : fence.check_rollback()) {
     log::error("{}", msg);
     audit::Event e;
@@ -356,9 +570,7 @@ int main(int argc, char* argv[]) {
     e.message = msg;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
   }
-
-  uint64_t floor = a.floor ? parse_u64(a.floor, "floor") : 0;
-  floor = std::max(floor, init_floor);
+  uint64_t floor = std::max(floor_opt, init_floor);
   if (floor > 0) {
     std::string why;
     if (fence.apply_floor(floor, &why) != 0) die(why);
@@ -377,58 +589,22 @@ int main(int argc, char* argv[]) {
     for (auto& m : store->report().messages) e.message += "; " + m;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
   }
-
-  // Many cached inodes each hold an O_PATH fd.
-  rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  umask(0);  // modes arrive already masked by the caller's umask
-
-  int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
-  if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
-  fs::Options fopts;
-  fopts.backing = backing;
-  fopts.state_dir = state;
-  if (a.timeout) fopts.timeout = strtod(a.timeout, nullptr);
-  {
-    // Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
-    std::string probe = state + "/.xattr-probe";
-    int pfd = open(probe.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    if (pfd >= 0) {
-      if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
-        fopts.stamps = false;
-        log::warn(
-            "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
-            "stamps, so a rolled-back state cannot be detected from them",
-            common::errstr(errno));
-      }
-      close(pfd);
-      unlink(probe.c_str());
-    }
-  }
-  fence::Bindings bindings;
-  fs::Fs filesystem(fopts, fence, bindings, root_fd);
-
-  // Last, so it wins over `dev,suid` from mount(8) or fstab `defaults`: a device node or set-id
-  // file in the tree would be a way around the fence.
-  std::string mopts =
-      "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
-  fuse_opt_add_arg(&args, "-o");
-  fuse_opt_add_arg(&args, mopts.c_str());
-  fuse_session* se =
-      fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
-  if (!se) die("cannot create the FUSE session (bad option?)");
-  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
-  if (fuse_session_mount(se, mnt.c_str()) != 0)
-    die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
   log::info("mounted {} at {} (state {})", backing, mnt, state);
-  if (!copts.foreground) log::use_syslog(true);
+  undo_stack().clear();
+
+  if (!copts.foreground) log::keep_stderr();  // the stderr fallback outlives the detach
   fuse_daemonize(copts.foreground);
+  if (!claim->publish(&error)) log::error("{}", error);  // the pid changed when it detached
+  std::string pidfile = a.pidfile ? a.pidfile : "";
+  if (!pidfile.empty() && !daemon::write_pidfile(pidfile, &error)) {
+    log::error("{}", error);
+    pidfile.clear();
+  }
+  daemon::start_signal_thread();
   highwater.start();
   fs::drop_resource_override();  // before the workers start: they inherit it
   filesystem.pagecache.start(se);
+  daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret;
   if (copts.singlethread) {
@@ -441,13 +617,16 @@ int main(int argc, char* argv[]) {
     fuse_loop_cfg_destroy(lc);
   }
   filesystem.pagecache.stop();
+  daemon::notify_stopping();
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   free(copts.mountpoint);
+  daemon::remove_pidfile(pidfile);
+  claim->release();
   log::info("unmounted {}", mnt);
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
-  bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT || ret == SIGHUP;
+  bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT;
   if (!clean) log::error("session ended with error {}", ret);
   return clean ? 0 : 1;
 }

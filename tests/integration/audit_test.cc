@@ -911,7 +911,7 @@ TEST(FencectlAudit, JsonLinesAndFilters) {
   // +00:00 offset form and the same instant without fraction.
   EXPECT_EQ(recs.size(), filtered("--since " + S(recs[0], "time").substr(0, 19) + "+00:00").size());
   sh_out(ctl_cmd("audit --mount " + mnt + " --since yesterday 2>/dev/null"), &st);
-  EXPECT_EQ(2, st);
+  EXPECT_EQ(200, st);  // usage error
 
   // The table: header and one row per record.
   std::string table = sh_out(ctl_cmd("audit --mount " + mnt + " --decision refused"), &st);
@@ -1109,10 +1109,10 @@ TEST(FencectlRecover, RefusesWhileMountedThenRaisesEveryDomain) {
   std::string args = "recover --state '" + state_dir(m) + "' --floor 9";
   int st;
   std::string out = sh_out(ctl_cmd(args + " 2>&1"), &st);
-  EXPECT_EQ(2, st);
+  EXPECT_EQ(215, st);  // exit_code::kFailed
   EXPECT_NE(std::string::npos, out.find("in use")) << out;
   auto v = ctl_json(args + " --json", &st);
-  EXPECT_EQ(2, st);
+  EXPECT_EQ(215, st);
   ASSERT_TRUE(v);
   EXPECT_EQ("true", S(*v, "in_use"));
   char epoch[32] = {};
@@ -1136,7 +1136,7 @@ TEST(FencectlRecover, RefusesWhileMountedThenRaisesEveryDomain) {
   EXPECT_EQ(ESTALE, as_job(m, 8, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   EXPECT_EQ(0, as_job(m, 9, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   sh_out(ctl_cmd("recover --state /x --floor -1 2>/dev/null"), &st);
-  EXPECT_EQ(2, st);
+  EXPECT_EQ(200, st);  // usage error
 }
 
 // --- Metrics -------------------------------------------------------------------------------------

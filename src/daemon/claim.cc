@@ -1,0 +1,322 @@
+#include "daemon/claim.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "common/proc.h"
+
+namespace fencefs::daemon {
+namespace {
+
+std::string slurp_fd(int fd) {
+  std::string out;
+  char buf[4096];
+  off_t off = 0;
+  ssize_t n;
+  while ((n = pread(fd, buf, sizeof buf, off)) > 0) {
+    out.append(buf, static_cast<size_t>(n));
+    off += n;
+  }
+  return out;
+}
+
+std::string first_line(const char* path) {
+  std::string s;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  s = slurp_fd(fd);
+  close(fd);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string hostname() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+// Values are one line each: backslash and newline escaped.
+std::string escape(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string unescape(std::string_view v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == '\\' && i + 1 < v.size()) {
+      out += v[i + 1] == 'n' ? '\n' : v[i + 1];
+      ++i;
+    } else {
+      out += v[i];
+    }
+  }
+  return out;
+}
+
+enum class Lock { Taken, Busy, Error };
+
+// Opens PATH (creating it when missing) and takes an exclusive OFD lock on it without waiting.
+// Retries when the file was replaced between open and lock, so the lock is on the file the path
+// names.
+Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string* error) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    *created = false;
+    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) {
+      *created = true;
+    } else if (errno == EEXIST) {
+      fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      if (fd < 0 && errno == ENOENT) continue;
+    }
+    if (fd < 0) {
+      *error = fmt::format("{}: {}", path, strerror(errno));
+      return Lock::Error;
+    }
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+      int err = errno;
+      if (err == EAGAIN || err == EACCES) {
+        *fd_out = fd;  // kept open so the caller can read who holds it
+        return Lock::Busy;
+      }
+      close(fd);
+      *error = fmt::format("cannot lock {}: {}", path, strerror(err));
+      return Lock::Error;
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev) {
+      *fd_out = fd;
+      return Lock::Taken;
+    }
+    close(fd);  // replaced or removed meanwhile: lock the file the path names now
+  }
+  *error = fmt::format("cannot lock {}: it keeps being replaced", path);
+  return Lock::Error;
+}
+
+bool write_all(int fd, const std::string& text) {
+  if (ftruncate(fd, 0) != 0) return false;
+  size_t off = 0;
+  while (off < text.size()) {
+    ssize_t n = pwrite(fd, text.data() + off, text.size() - off, static_cast<off_t>(off));
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
+  }
+  return fsync(fd) == 0;
+}
+
+std::string who(int fd) {
+  auto o = Owner::decode(slurp_fd(fd));
+  return o ? o->describe() : "an unknown process";
+}
+
+}  // namespace
+
+std::string Owner::encode() const {
+  return fmt::format(
+      "host={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\nstate={}\nsince={}\n",
+      escape(host), escape(boot_id), pid, start_time, escape(mountpoint), escape(state),
+      escape(since));
+}
+
+std::optional<Owner> Owner::decode(const std::string& text) {
+  Owner o;
+  bool any = false;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    std::string_view k = line.substr(0, eq), v = line.substr(eq + 1);
+    any = true;
+    if (k == "host") o.host = unescape(v);
+    if (k == "boot_id") o.boot_id = unescape(v);
+    if (k == "mountpoint") o.mountpoint = unescape(v);
+    if (k == "state") o.state = unescape(v);
+    if (k == "since") o.since = unescape(v);
+    if (k == "pid") std::from_chars(v.data(), v.data() + v.size(), o.pid);
+    if (k == "start_time") std::from_chars(v.data(), v.data() + v.size(), o.start_time);
+  }
+  if (!any || o.host.empty()) return std::nullopt;
+  return o;
+}
+
+std::string Owner::describe() const {
+  return fmt::format("pid {} on host {}, mounted at {} (state {}) since {}", pid, host, mountpoint,
+                     state, since);
+}
+
+Owner self_owner(const std::string& mountpoint, const std::string& state) {
+  Owner o;
+  o.host = hostname();
+  o.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  o.pid = getpid();
+  if (auto st = proc::read_stat(o.pid)) o.start_time = st->start_time;
+  o.mountpoint = mountpoint;
+  o.state = state;
+  time_t now = time(nullptr);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  o.since = buf;
+  return o;
+}
+
+std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
+  std::unique_ptr<Claim> c(new Claim());
+  c->req_ = req;
+  bool created = false;
+  int fd = -1;
+
+  // The state directory: one daemon appends to a journal.
+  std::string state_lock = req.state + "/lock";
+  switch (lock_file(state_lock, &fd, &created, error)) {
+    case Lock::Error:
+      return nullptr;
+    case Lock::Busy:
+      *error = fmt::format(
+          "state directory {} is in use by another fencefs daemon ({}); a state serves one "
+          "mount at a time",
+          req.state, who(fd));
+      close(fd);
+      return nullptr;
+    case Lock::Taken:
+      c->state_fd_ = fd;
+      c->created_state_lock_ = created;
+  }
+
+  // The backing: its marker directory is BACKING/.fencefs, never visible through a mount.
+  std::string dir = req.backing + "/.fencefs";
+  if (mkdir(dir.c_str(), 0700) == 0) {
+    c->created_marker_dir_ = true;
+  } else if (errno != EEXIST) {
+    *error = fmt::format("{}: {}", dir, strerror(errno));
+    c->abandon();
+    return nullptr;
+  }
+  switch (lock_file(dir + "/owner", &fd, &created, error)) {
+    case Lock::Error:
+      c->abandon();
+      return nullptr;
+    case Lock::Busy:
+      *error = fmt::format(
+          "backing {} is already served by a fencefs daemon ({}); a backing is served by one "
+          "daemon: unmount that mount first",
+          req.backing, who(fd));
+      close(fd);
+      c->abandon();
+      return nullptr;
+    case Lock::Taken:
+      c->owner_fd_ = fd;
+      c->created_owner_ = created;
+  }
+
+  // Nobody here holds the lock. The marker may still name a live mount the lock cannot see:
+  // another host (locks on shared storage may not reach across hosts), or a copy of the file.
+  std::string text = slurp_fd(c->owner_fd_);
+  c->previous_text_ = text;
+  if (text.empty()) return c;
+  auto prev = Owner::decode(text);
+  Owner me = self_owner(req.mountpoint, req.state);
+  if (!prev) {
+    if (!req.takeover) {
+      *error = fmt::format(
+          "backing {}: unreadable marker {}/owner; if no other fencefs serves this backing, "
+          "mount with -o takeover",
+          req.backing, dir);
+      c->abandon();
+      return nullptr;
+    }
+    return c;
+  }
+  c->previous_ = prev;
+  if (prev->host == me.host && prev->boot_id == me.boot_id) {
+    auto st = proc::read_stat(prev->pid);
+    if (st && st->start_time == prev->start_time && prev->pid != me.pid) {
+      *error = fmt::format(
+          "backing {} is already served by a fencefs daemon ({}), which is still running; a "
+          "backing is served by one daemon: unmount that mount first",
+          req.backing, prev->describe());
+      c->abandon();
+      return nullptr;
+    }
+    return c;  // that daemon is gone (killed or crashed): its marker is stale
+  }
+  if (prev->host == me.host) return c;  // same host, earlier boot
+  if (!req.takeover) {
+    *error = fmt::format(
+        "backing {} is marked as served by another host's fencefs ({}). Two daemons on one "
+        "backing do not fence each other. If that mount is gone (host down, daemon killed), "
+        "mount with -o takeover",
+        req.backing, prev->describe());
+    c->abandon();
+    return nullptr;
+  }
+  return c;
+}
+
+Claim::~Claim() {
+  if (state_fd_ >= 0) close(state_fd_);
+  if (owner_fd_ >= 0) close(owner_fd_);
+}
+
+bool Claim::publish(std::string* error) {
+  std::string text = self_owner(req_.mountpoint, req_.state).encode();
+  for (int fd : {owner_fd_, state_fd_}) {
+    if (fd >= 0 && !write_all(fd, text)) {
+      *error = fmt::format("cannot write the mount marker: {}", strerror(errno));
+      return false;
+    }
+  }
+  return true;
+}
+
+void Claim::release() {
+  for (int* fd : {&owner_fd_, &state_fd_}) {
+    if (*fd < 0) continue;
+    write_all(*fd, "");
+    close(*fd);
+    *fd = -1;
+  }
+}
+
+void Claim::abandon() {
+  std::string dir = req_.backing + "/.fencefs";
+  // Unlinked while still locked, so nobody else locks a file about to disappear unnoticed.
+  if (created_owner_) unlink((dir + "/owner").c_str());
+  if (created_state_lock_) unlink((req_.state + "/lock").c_str());
+  if (created_marker_dir_) rmdir(dir.c_str());
+  if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
+  created_owner_ = created_state_lock_ = created_marker_dir_ = false;
+  for (int* fd : {&owner_fd_, &state_fd_}) {
+    if (*fd >= 0) close(*fd);
+    *fd = -1;
+  }
+}
+
+}  // namespace fencefs::daemon

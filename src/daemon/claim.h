@@ -1,0 +1,72 @@
+// One daemon per backing and per state directory, unless a cluster coordinates them.
+//
+// Two records, both taken before the state is opened:
+//  - STATE/lock: an exclusive OFD lock held for the daemon's lifetime (same state directory);
+//  - BACKING/.fencefs/owner: an OFD lock plus a marker naming host, boot, pid, mountpoint and
+//    state, left in place by a crash, so that a mount from another host, whose locks may not
+//    reach this one, still finds it.
+#pragma once
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace fencefs::daemon {
+
+// Who holds (or last held) a backing, as written in the marker.
+struct Owner {
+  std::string host;
+  std::string boot_id;
+  pid_t pid = 0;
+  uint64_t start_time = 0;  // /proc/PID/stat field 22: with pid, one process
+  std::string mountpoint;
+  std::string state;
+  std::string since;  // UTC, ISO 8601
+
+  std::string encode() const;
+  static std::optional<Owner> decode(const std::string& text);
+  std::string describe() const;  // "pid 12 on host h, mounted at /m (state /s) since T"
+};
+
+// This process's identity, as a marker would name it.
+Owner self_owner(const std::string& mountpoint, const std::string& state);
+
+class Claim {
+ public:
+  struct Request {
+    std::string backing;
+    std::string state;
+    std::string mountpoint;
+    bool takeover = false;  // a marker naming another host is stale (that host is down)
+  };
+  // Takes both locks and checks the marker. On refusal returns null with the reason in *error;
+  // anything it created is removed again.
+  static std::unique_ptr<Claim> take(const Request& req, std::string* error);
+  ~Claim();
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+
+  // Writes the marker naming this process (call again after a fork changed the pid).
+  bool publish(std::string* error);
+  // A clean unmount: the marker is emptied (the backing is free), the locks drop.
+  void release();
+  // The mount failed: removes the files and directory the claim created.
+  void abandon();
+  // What the marker said before this claim (a crashed or taken-over owner), if anything.
+  const std::optional<Owner>& previous() const { return previous_; }
+
+ private:
+  Claim() = default;
+  Request req_;
+  int state_fd_ = -1;
+  int owner_fd_ = -1;
+  bool created_state_lock_ = false;
+  bool created_owner_ = false;
+  bool created_marker_dir_ = false;
+  std::optional<Owner> previous_;
+  std::string previous_text_;  // the marker as found, restored by abandon()
+};
+
+}  // namespace fencefs::daemon

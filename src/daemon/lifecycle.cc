@@ -1,0 +1,103 @@
+#include "daemon/lifecycle.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/log.h"
+
+namespace fencefs::daemon {
+namespace {
+
+const int kHandled[] = {SIGHUP,  SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM,
+                        SIGPROF, SIGIO,   SIGXCPU, SIGXFSZ};
+
+sigset_t handled_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kHandled) sigaddset(&set, s);
+  return set;
+}
+
+std::string dir_of(const std::string& path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+void block_handled_signals() {
+  sigset_t set = handled_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void start_signal_thread() {
+  std::thread([] {
+    sigset_t set = handled_set();
+    for (;;) {
+      siginfo_t info;
+      int sig = sigwaitinfo(&set, &info);
+      if (sig < 0) continue;
+      if (sig == SIGHUP) {
+        log::reopen();
+        log::info("SIGHUP from pid {}: log reopened", info.si_pid);
+      } else {
+        const char* abbrev = sigabbrev_np(sig);
+        std::string name = abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
+        log::info("{} from pid {}: ignored (SIGTERM or fusermount3 -u unmount)", name, info.si_pid);
+      }
+    }
+  }).detach();
+}
+
+void notify_ready(const std::string& status) {
+  sd_notifyf(0, "READY=1\nSTATUS=%s\nMAINPID=%d", status.c_str(), static_cast<int>(getpid()));
+}
+
+void notify_stopping() { sd_notify(0, "STOPPING=1\nSTATUS=unmounting"); }
+
+bool pidfile_ok(const std::string& path, std::string* error) {
+  if (path.empty() || path.front() != '/') {
+    *error = "pidfile=" + path + ": needs an absolute path";
+    return false;
+  }
+  struct stat st;
+  std::string dir = dir_of(path);
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    *error = "pidfile=" + path + ": directory " + dir + " does not exist";
+    return false;
+  }
+  return true;
+}
+
+bool write_pidfile(const std::string& path, std::string* error) {
+  std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) {
+    *error = "pidfile " + tmp + ": " + strerror(errno);
+    return false;
+  }
+  std::string text = std::to_string(getpid()) + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    *error = "pidfile " + path + ": " + strerror(errno);
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+void remove_pidfile(const std::string& path) {
+  if (!path.empty()) unlink(path.c_str());
+}
+
+}  // namespace fencefs::daemon

@@ -1,0 +1,24 @@
+// The daemon's life under a service manager: signals, readiness, pid file.
+#pragma once
+#include <string>
+
+namespace fencefs::daemon {
+
+// Signals: SIGTERM and SIGINT end the session (libfuse's handlers: a clean unmount). These are
+// taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log file,
+// SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and
+// ignored. block_handled_signals() must run before any other thread starts.
+void block_handled_signals();
+void start_signal_thread();
+
+// sd_notify(3): no-ops unless started by a service manager (NOTIFY_SOCKET set).
+void notify_ready(const std::string& status);
+void notify_stopping();
+
+// Checks that a pid file could be written at PATH (its directory exists) without creating it.
+bool pidfile_ok(const std::string& path, std::string* error);
+// Writes the pid atomically (a temporary file renamed over PATH); remove_pidfile() at exit.
+bool write_pidfile(const std::string& path, std::string* error);
+void remove_pidfile(const std::string& path);
+
+}  // namespace fencefs::daemon

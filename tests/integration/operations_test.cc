@@ -1,0 +1,873 @@
+// Operating the daemon: one daemon per backing and state, options checked before any side
+// effect, signals, logging, readiness, and fencectl on a mount whose daemon died.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/json.h"
+#include "integration/mount_fixture.h"
+
+using namespace fencefs::testing;
+
+namespace {
+
+const std::string kFencefs = FENCEFS_BIN;
+const std::string kCtl = FENCECTL_BIN;
+
+bool is_mounted(const std::string& dir) { return sh("mountpoint -q '" + dir + "'") == 0; }
+
+struct Daemon {
+  int status = -1;  // exit status, or kMounted
+  std::string out;  // stdout and stderr
+};
+constexpr int kMounted = -1000;
+
+// Starts `fencefs -f ARGS...`; returns its exit status and output, or kMounted (after unmounting
+// it again) when it mounted at `mnt`.
+Daemon run_fencefs(const std::vector<std::string>& args, const std::string& mnt,
+                   const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<std::string> all = {kFencefs, "-f"};
+    all.insert(all.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (auto& a : all) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  Daemon r;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) {
+      r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      r.out = slurp(log);
+      return r;
+    }
+    if (!mnt.empty() && is_mounted(mnt)) {
+      r.status = kMounted;
+      sh("fusermount3 -u '" + mnt + "'");
+      waitpid(pid, &st, 0);
+      r.out = slurp(log);
+      return r;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  sh("fusermount3 -u -z '" + mnt + "' 2>/dev/null");
+  r.out = slurp(log);
+  return r;
+}
+
+bool exists(const std::string& p) {
+  struct stat st;
+  return lstat(p.c_str(), &st) == 0;
+}
+
+// A fresh directory under the mount's temp root.
+std::string make_dir(const Mount& m, const std::string& name) {
+  std::string d = m.root() + "/" + name;
+  ::mkdir(d.c_str(), 0755);
+  return d;
+}
+
+int write_as(const Mount& m, uint64_t token, const std::string& rel, const std::string& data) {
+  return as_job(m, token, [&] {
+    int fd = ::open(m.path(rel).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return errno;
+    int err = ::write(fd, data.data(), data.size()) < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+  });
+}
+
+// Files, sizes and modification times below DIR (the state included): what a refused mount
+// must leave exactly as it was.
+std::string listing(const std::string& dir) {
+  return sh_out("cd '" + dir + "' 2>/dev/null && find . -printf '%p %y %s %T@\\n' | sort");
+}
+
+// Waits (up to 20 s) until FILE contains TEXT.
+bool wait_for_text(const std::string& file, const std::string& text) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (slurp(file).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// A temporary directory outside every mount, removed at the end of the test.
+struct TempDir {
+  std::string path;
+  TempDir() {
+    const char* base = std::getenv("FENCEFS_TEST_TMP");  // a test run's own directory, if any
+    std::string tmpl = std::string(base ? base : "/tmp") + "/fencefs-ops-XXXXXX";
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { sh("rm -rf '" + path + "'"); }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// One daemon per backing and per state directory.
+
+TEST(OneDaemon, SecondDaemonOnTheSameBackingWithAnotherStateRefuses) {
+  Mount m;
+  std::string mnt2 = make_dir(m, "mnt2");
+  std::string state2 = m.root() + "/state2";
+  Daemon r = run_fencefs({"-o", "state=" + state2, m.backing(), mnt2}, mnt2, m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is already served by a fencefs daemon"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("pid " + std::to_string(m.daemon_pid())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(m.mnt()), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(state2)) << "a refused mount created its state directory";
+  // The first mount is untouched.
+  EXPECT_EQ(write_as(m, 1, "f", "one"), 0);
+  EXPECT_EQ(slurp(m.path("f")), "one");
+}
+
+TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
+  Mount first;
+  std::string state = first.root() + "/shared-state";
+  Mount m({"-o", "state=" + state});
+  ASSERT_TRUE(m.mounted());
+  std::string backing2 = make_dir(m, "backing2"), mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({"-o", "state=" + state, backing2, mnt2}, mnt2, m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + state + " is in use by another fencefs daemon"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(exists(backing2 + "/.fencefs")) << "a refused mount left a marker in BACKING";
+}
+
+TEST(OneDaemon, AfterACleanUnmountANewDaemonMounts) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
+  EXPECT_EQ(m.unmount(), 0);
+  EXPECT_EQ(slurp(m.bpath(".fencefs/owner")), "") << "a clean unmount frees the backing";
+  std::string mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({m.backing(), mnt2}, mnt2, m.root() + "/2.log");
+  EXPECT_EQ(r.status, kMounted) << r.out;
+  EXPECT_EQ(r.out.find("was last served by"), std::string::npos) << r.out;
+}
+
+TEST(OneDaemon, AfterKill9ANewDaemonMountsAndSaysSo) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
+  pid_t old = m.daemon_pid();
+  m.kill9();
+  std::string owner = slurp(m.bpath(".fencefs/owner"));
+  EXPECT_NE(owner.find("pid=" + std::to_string(old)), std::string::npos) << owner;
+  std::string mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({m.backing(), mnt2}, mnt2, m.root() + "/2.log");
+  EXPECT_EQ(r.status, kMounted) << r.out;
+  EXPECT_NE(r.out.find("was last served by pid " + std::to_string(old)), std::string::npos)
+      << r.out;
+}
+
+TEST(OneDaemon, MarkerOfAnotherHostRefusesUnlessTakeover) {
+  Mount m;
+  ASSERT_EQ(m.unmount(), 0);
+  spit(m.bpath(".fencefs/owner"),
+       "host=other-host.example\nboot_id=0\npid=4242\nstart_time=1\n"
+       "mountpoint=/mnt/elsewhere\nstate=/var/lib/fencefs\nsince=2026-01-01T00:00:00Z\n");
+  std::string before = tree_hash(m.backing()) + slurp(m.bpath(".fencefs/audit.log"));
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("other-host.example"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("/mnt/elsewhere"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("-o takeover"), std::string::npos) << r.out;
+  EXPECT_EQ(tree_hash(m.backing()) + slurp(m.bpath(".fencefs/audit.log")), before);
+  EXPECT_NE(slurp(m.bpath(".fencefs/owner")).find("other-host.example"), std::string::npos)
+      << "a refused mount must leave the marker as it found it";
+
+  Daemon t = run_fencefs({"-o", "takeover", m.backing(), m.mnt()}, m.mnt(), m.root() + "/3.log");
+  EXPECT_EQ(t.status, kMounted) << t.out;
+  EXPECT_NE(t.out.find("other-host.example"), std::string::npos) << t.out;
+}
+
+TEST(OneDaemon, MarkerOfALiveProcessOnThisHostRefuses) {
+  // The lock is free but the marker names a process of this boot that still runs (here: this
+  // test): a copied or restored marker must not let a second daemon in.
+  Mount m;
+  ASSERT_EQ(m.unmount(), 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string boot = slurp("/proc/sys/kernel/random/boot_id");
+  boot.erase(boot.find_last_not_of("\n") + 1);
+  std::string stat = slurp("/proc/self/stat");
+  std::istringstream in(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22; i++) in >> field;
+  spit(m.bpath(".fencefs/owner"), std::string("host=") + host + "\nboot_id=" + boot +
+                                      "\npid=" + std::to_string(getpid()) +
+                                      "\nstart_time=" + field + "\nmountpoint=/x\nstate=/y\n");
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("still running"), std::string::npos) << r.out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Options are checked before anything is created, locked, recorded or mounted.
+
+TEST(Options, MalformedOptionsAreRefusedAndLeaveNoTrace) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 2, "f", "data"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  std::string fresh = make_dir(m, "fresh");  // a backing never mounted: no .fencefs yet
+  std::string before = listing(m.backing()) + listing(m.mnt()) + listing(fresh);
+  std::string newstate = m.root() + "/newstate";
+  const std::vector<std::string> bad = {
+      "timeout=abc",      "timeout=-3",           "timeout=",
+      "timeout=1e9",      "timeout=nan",          "max_jump=0",
+      "max_jump=12x",     "max_jump=-1",          "floor=abc",
+      "floor=-5",         "audit_max_bytes=0",    "audit_max_bytes=1k",
+      "audit_keep=many",  "audit_keep=-1",        "log_level=loud",
+      "log=relative.log", "pidfile=relative.pid", "pidfile=/nonexistent-dir/x.pid",
+      "issuers=uid:abc",  "no_such_option",       "state=" + m.bpath("inside")};
+  for (const std::string& opt : bad) {
+    for (const std::string& backing : {m.backing(), fresh}) {
+      if (opt.rfind("state=", 0) == 0 && backing == fresh) continue;  // inside m.backing() only
+      Daemon r = run_fencefs({"-o", opt + ",state=" + newstate, backing, m.mnt()}, m.mnt(),
+                             m.root() + "/bad.log");
+      if (opt.rfind("state=", 0) == 0)  // the later state= wins: try it alone
+        r = run_fencefs({"-o", opt, backing, m.mnt()}, m.mnt(), m.root() + "/bad.log");
+      EXPECT_EQ(r.status, 1) << opt << ": " << r.out;
+      std::string name = opt.substr(0, opt.find('='));
+      if (name != "no_such_option" && name != "state") {
+        EXPECT_NE(r.out.find(name), std::string::npos) << opt << ": " << r.out;
+      }
+      EXPECT_FALSE(exists(newstate)) << opt << " created the state directory";
+    }
+  }
+  EXPECT_FALSE(exists(m.bpath("inside"))) << "a rejected state= inside BACKING was created";
+  EXPECT_EQ(listing(m.backing()) + listing(m.mnt()) + listing(fresh), before);
+}
+
+TEST(Options, AMountRefusedLateLeavesNoStateAndNoAuditRecord) {
+  // Stamped files without a state: refused after the options were accepted, once the state
+  // directory would have been created and locked.
+  Mount m;
+  ASSERT_EQ(write_as(m, 7, "f", "data"), 0);
+  char stamp[256];
+  ssize_t n = getxattr(m.bpath("f").c_str(), "trusted.fencefs", stamp, sizeof stamp);
+  ASSERT_GT(n, 0);
+  std::string fresh = make_dir(m, "fresh");
+  spit(fresh + "/old", "stamped");
+  ASSERT_EQ(setxattr((fresh + "/old").c_str(), "trusted.fencefs", stamp, n, 0), 0);
+  std::string before = listing(fresh);
+  std::string newstate = m.root() + "/newstate", mnt2 = make_dir(m, "mnt2");
+  for (auto args : {std::vector<std::string>{fresh, mnt2},
+                    std::vector<std::string>{"-o", "state=" + newstate, fresh, mnt2}}) {
+    Daemon r = run_fencefs(args, mnt2, m.root() + "/late.log");
+    EXPECT_EQ(r.status, 1) << r.out;
+    EXPECT_NE(r.out.find("carry fencefs stamps"), std::string::npos) << r.out;
+    EXPECT_EQ(listing(fresh), before) << r.out;
+    EXPECT_FALSE(exists(fresh + "/.fencefs"));
+    EXPECT_FALSE(exists(newstate));
+  }
+}
+
+TEST(Options, ARefusalAfterTheLockWasTakenLeavesTheStateAsItWas) {
+  // A state from before the lock files existed, with a journal corrupted before its tail: the
+  // daemon takes its locks (creating STATE/lock and BACKING/.fencefs/owner), then cannot open
+  // the state. Everything it created goes again.
+  Mount m;
+  for (int e = 1; e <= 20; e++) ASSERT_EQ(write_as(m, e, "f" + std::to_string(e), "x"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  ASSERT_EQ(::unlink(m.bpath(".fencefs/lock").c_str()), 0);
+  ASSERT_EQ(::unlink(m.bpath(".fencefs/owner").c_str()), 0);
+  ::unlink(m.bpath(".fencefs/bindings").c_str());
+  std::string j = m.bpath(".fencefs/journal");
+  std::string bytes = slurp(j);
+  bytes[bytes.size() / 2] = static_cast<char>(bytes[bytes.size() / 2] ^ 0x40);
+  spit(j, bytes);
+  auto files = [&] {
+    return sh_out("cd '" + m.backing() + "' && find . -type f -printf '%p %s %T@\\n' | sort");
+  };
+  std::string before = files();
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/late.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot open state"), std::string::npos) << r.out;
+  EXPECT_EQ(files(), before) << r.out;
+  EXPECT_FALSE(exists(m.bpath(".fencefs/lock")));
+  EXPECT_FALSE(exists(m.bpath(".fencefs/owner")));
+}
+
+TEST(Options, AMountpointWithASpaceMountedTwiceIsRefused) {
+  Mount m;
+  std::string spaced = m.root() + "/mnt with space";
+  ASSERT_EQ(::mkdir(spaced.c_str(), 0755), 0);
+  ASSERT_EQ(sh("mount -t tmpfs fencefs-test-tmpfs '" + spaced + "'"), 0);
+  // Not watched for mounting (the tmpfs is mounted there): a daemon that mounted anyway stays
+  // up until the 20 s bound kills it, and fails the test.
+  Daemon r = run_fencefs({make_dir(m, "b2"), spaced}, "", m.root() + "/sp.log");
+  sh("umount '" + spaced + "' && umount '" + spaced + "' 2>/dev/null");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is busy"), std::string::npos) << r.out;
+}
+
+TEST(Options, ANonEmptyMountpointIsRefusedUnlessNonempty) {
+  Mount m;
+  std::string mnt2 = make_dir(m, "full");
+  spit(mnt2 + "/hidden", "x");
+  std::string b2 = make_dir(m, "b2");
+  Daemon r = run_fencefs({b2, mnt2}, mnt2, m.root() + "/ne.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is not empty"), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(b2 + "/.fencefs"));
+  Daemon ok = run_fencefs({"-o", "nonempty", b2, mnt2}, mnt2, m.root() + "/ne2.log");
+  EXPECT_EQ(ok.status, kMounted) << ok.out;
+  EXPECT_EQ(slurp(mnt2 + "/hidden"), "x") << "visible again after the unmount";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Signals.
+
+TEST(Signals, HupReopensTheLogFile) {
+  TempDir t;
+  std::string log = t.path + "/fencefs.log";
+  Mount m({"-o", "log=" + log});
+  ASSERT_TRUE(wait_for_text(log, "mounted "));
+  ASSERT_EQ(::rename(log.c_str(), (log + ".1").c_str()), 0);  // as logrotate does
+  ASSERT_EQ(kill(m.daemon_pid(), SIGHUP), 0);
+  ASSERT_TRUE(wait_for_text(log, "SIGHUP")) << slurp(log + ".1");
+  EXPECT_TRUE(m.mounted());
+  EXPECT_EQ(write_as(m, 1, "f", "after hup"), 0);
+  EXPECT_EQ(slurp(m.path("f")), "after hup");
+  EXPECT_EQ(slurp(log + ".1").find("SIGHUP"), std::string::npos);
+  EXPECT_EQ(m.unmount(), 0);
+  EXPECT_NE(slurp(log).find("unmounted"), std::string::npos) << "later lines go to the new file";
+}
+
+TEST(Signals, OtherSignalsAreLoggedAndIgnored) {
+  Mount m;
+  for (int sig : {SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU, SIGXFSZ}) {
+    ASSERT_EQ(kill(m.daemon_pid(), sig), 0);
+    std::string name = std::string("SIG") + sigabbrev_np(sig) + " from pid";
+    EXPECT_TRUE(wait_for_text(m.root() + "/daemon.log", name)) << name << m.daemon_log();
+    EXPECT_TRUE(m.mounted()) << name;
+  }
+  EXPECT_EQ(write_as(m, 1, "f", "still here"), 0);
+  EXPECT_EQ(slurp(m.path("f")), "still here");
+  EXPECT_EQ(m.unmount(), 0);
+}
+
+TEST(Signals, TermAndIntUnmountCleanly) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    Mount m;
+    ASSERT_EQ(kill(m.daemon_pid(), sig), 0);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (m.mounted() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(m.mounted());
+    EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
+    EXPECT_EQ(slurp(m.bpath(".fencefs/owner")), "");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Logging.
+
+const std::regex kStamped(R"(^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z fencefs\[\d+\]: info: )");
+
+TEST(Logging, StderrAndFileLinesAreTimestamped) {
+  TempDir t;
+  std::string log = t.path + "/f.log";
+  Mount a;
+  Mount b({"-o", "log=" + log});
+  for (const std::string& text : {a.daemon_log(), slurp(log)}) {
+    std::istringstream in(text);
+    std::string line;
+    bool found = false;
+    while (std::getline(in, line))
+      if (line.find("mounted ") != std::string::npos)
+        found = found || std::regex_search(line, kStamped);
+    EXPECT_TRUE(found) << text;
+  }
+  EXPECT_EQ(b.daemon_log().find("mounted "), std::string::npos) << "log=FILE: not on stderr";
+}
+
+TEST(Logging, LevelsAndVerbose) {
+  Mount quiet({"-o", "log_level=error"});
+  EXPECT_EQ(write_as(quiet, 0, "f", "x"), EPERM);
+  Mount verbose({"-o", "verbose"});
+  EXPECT_EQ(write_as(verbose, 0, "f", "x"), EPERM);
+  EXPECT_EQ(quiet.daemon_log().find("info: mounted"), std::string::npos) << quiet.daemon_log();
+  EXPECT_EQ(quiet.daemon_log().find("refused"), std::string::npos) << quiet.daemon_log();
+  EXPECT_NE(verbose.daemon_log().find("debug: refused"), std::string::npos) << verbose.daemon_log();
+}
+
+TEST(Logging, ARoutineRemountLogsAtInfo) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  ASSERT_TRUE(m.remount());
+  std::string log = m.daemon_log();
+  EXPECT_NE(log.find("info: state: recovered"), std::string::npos) << log;
+  EXPECT_EQ(log.find("warning"), std::string::npos) << log;
+}
+
+TEST(Logging, UnreachableSyslogOrJournalFallsBackToStderr) {
+  struct Case {
+    const char* sink;
+    const char* socket;
+    const char* warning;
+  };
+  for (Case c : {Case{"syslog", "/dev/log", "syslog is unreachable"},
+                 Case{"journal", "/run/systemd/journal/socket", "journal is unreachable"}}) {
+    Mount m({"-o", std::string("log=") + c.sink});
+    ASSERT_TRUE(m.mounted());
+    std::string log = m.daemon_log();
+    if (!exists(c.socket)) {  // these machines: nothing listens
+      EXPECT_NE(log.find(c.warning), std::string::npos) << c.sink << ": " << log;
+      EXPECT_NE(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
+    } else {  // a host with a logger: it gets the lines, stderr does not
+      EXPECT_EQ(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
+    }
+  }
+}
+
+TEST(Logging, ABackgroundDaemonDoesNotHoldTheCallersPipe) {
+  TempDir t;
+  std::string b = t.path + "/b", mnt = t.path + "/m";
+  ::mkdir(b.c_str(), 0755);
+  ::mkdir(mnt.c_str(), 0755);
+  // Without -f the daemon detaches; the command substitution must return while it serves.
+  int st = -1;
+  std::string out = sh_out("timeout 20 sh -c 'x=$(" + kFencefs + " " + b + " " + mnt +
+                               " 2>&1); echo \"$x\"; echo returned'",
+                           &st);
+  bool up = is_mounted(mnt);
+  sh("fusermount3 -u '" + mnt + "'");
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("returned"), std::string::npos) << out;
+  EXPECT_TRUE(up);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readiness: sd_notify, pid file, pid in status and metrics.
+
+TEST(Readiness, NotifiesReadyAndStoppingToTheServiceManager) {
+  TempDir t;
+  std::string path = t.path + "/notify";
+  int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  timeval tv{20, 0};
+  setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto next = [&] {
+    char buf[1024];
+    ssize_t n = recv(sock, buf, sizeof buf, 0);
+    return n > 0 ? std::string(buf, n) : std::string();
+  };
+  setenv("NOTIFY_SOCKET", path.c_str(), 1);
+  Mount m;
+  unsetenv("NOTIFY_SOCKET");
+  std::string ready = next();
+  EXPECT_NE(ready.find("READY=1"), std::string::npos) << ready;
+  EXPECT_NE(ready.find("MAINPID=" + std::to_string(m.daemon_pid())), std::string::npos) << ready;
+  EXPECT_EQ(m.unmount(), 0);
+  std::string stopping = next();
+  EXPECT_NE(stopping.find("STOPPING=1"), std::string::npos) << stopping;
+  close(sock);
+}
+
+TEST(Readiness, PidFileHoldsTheDaemonPidWhileMounted) {
+  TempDir t;
+  std::string pidfile = t.path + "/fencefs.pid";
+  Mount m({"-o", "pidfile=" + pidfile});
+  ASSERT_TRUE(wait_for_text(pidfile, "\n"));
+  EXPECT_EQ(slurp(pidfile), std::to_string(m.daemon_pid()) + "\n");
+  EXPECT_EQ(m.unmount(), 0);
+  EXPECT_FALSE(exists(pidfile));
+}
+
+TEST(Readiness, StatusAndMetricsNameThePidMountAndUptime) {
+  Mount m({"-o", "max_jump=9223372036854775807"});
+  // jq reads numbers as doubles: the string form keeps 2^63-1 exact.
+  ASSERT_EQ(write_as(m, 9223372036854775807ULL, "f", "x"), 0);
+  std::string q = kCtl + " status --mount " + m.mnt() + " --json | jq -r ";
+  EXPECT_EQ(sh_out(q + "'.domains[0].epoch_str'"), "9223372036854775807\n");
+  EXPECT_EQ(sh_out(q + "'.max_jump_str'"), "9223372036854775807\n");
+  EXPECT_EQ(sh_out(q + "'.pid'"), std::to_string(m.daemon_pid()) + "\n");
+  EXPECT_EQ(sh_out(q + "'.mount'"), m.mnt() + "\n");
+  EXPECT_EQ(sh_out(q + "'.schema_version'"), "1\n");
+  EXPECT_EQ(sh_out(q + "'.uptime_seconds >= 0 and .started_unix > 1700000000'"), "true\n");
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  EXPECT_NE(metrics.find("fencefs_info{mount=\"" + m.mnt() + "\",backing=\"" + m.backing() +
+                         "\",pid=\"" + std::to_string(m.daemon_pid()) + "\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("fencefs_start_time_seconds "), std::string::npos) << metrics;
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencectl on a mount whose daemon died.
+
+TEST(DeadDaemon, FencectlSaysDaemonGoneWithUnreachableStatus) {
+  Mount m;
+  ASSERT_EQ(kill(m.daemon_pid(), SIGKILL), 0);
+  // Not reaped here (the fixture does at unmount): wait until it is a zombie.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::string statf = "/proc/" + std::to_string(m.daemon_pid()) + "/stat";
+  while (slurp(statf).find(") Z ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (std::string cmd : {"status --mount " + m.mnt(), "advance --mount " + m.mnt() + " / 5",
+                          "audit --mount " + m.mnt(), "domain add " + m.path("sub"),
+                          "run --mount " + m.mnt() + " --domain / --token 1 -- true"}) {
+    int st = 0;
+    std::string out = sh_out(kCtl + " " + cmd + " 2>&1", &st);
+    EXPECT_EQ(st, 205) << cmd << ": " << out;  // exit_code::kUnreachable
+    EXPECT_NE(out.find("daemon gone"), std::string::npos) << cmd << ": " << out;
+    EXPECT_NE(out.find("umount"), std::string::npos) << cmd << ": " << out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencectl's command line: one parser, per-command help, version, exit codes.
+
+TEST(Fencectl, EveryCommandHasItsOwnHelp) {
+  const std::vector<std::pair<std::string, std::vector<std::string>>> commands = {
+      {"run", {"--mount", "--domain", "--token", "--user"}},
+      {"advance", {"--mount", "--force"}},
+      {"sign", {"--key", "--domain", "--epoch"}},
+      {"domain", {"--mount"}},
+      {"status", {"--mount", "--json"}},
+      {"audit",
+       {"--mount", "--state", "--domain", "--since", "--decision", "--verbose", "--json",
+        "--follow", "--summary"}},
+      {"verify", {"--state", "--json", "--quiet"}},
+      {"recover", {"--state", "--floor", "--backing", "--json"}}};
+  for (const auto& [cmd, opts] : commands) {
+    int st = -1;
+    std::string out = sh_out(kCtl + " " + cmd + " --help", &st);
+    EXPECT_EQ(st, 0) << cmd;
+    EXPECT_EQ(out.rfind("usage: fencectl " + cmd + " ", 0), 0u) << cmd << ": " << out;
+    for (const std::string& o : opts)
+      EXPECT_NE(out.find(o), std::string::npos) << cmd << " --help lacks " << o << ": " << out;
+  }
+  int st = -1;
+  std::string top = sh_out(kCtl + " --help", &st);
+  EXPECT_EQ(st, 0);
+  for (const char* code : {"200 usage", "205 no daemon", "215 other"})
+    EXPECT_NE(top.find(code), std::string::npos) << code << ": " << top;
+}
+
+TEST(Fencectl, VersionAndUsageErrors) {
+  int st = -1;
+  EXPECT_EQ(sh_out(kCtl + " --version", &st), "fencectl 0.1\n");
+  EXPECT_EQ(st, 0);
+  for (std::string bad :
+       {"status --bogus", "audit --since", "verify", "verify a b", "recover --state /x --floor -1",
+        "sign --key", "domain remove /x", "no-such-command", "audit --mount /tmp --decision"}) {
+    std::string out = sh_out(kCtl + " " + bad + " 2>&1", &st);
+    EXPECT_EQ(st, 200) << bad << ": " << out;  // exit_code::kUsage
+    EXPECT_NE(out.find("--help"), std::string::npos) << bad << ": " << out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Packaging: what `cmake --install` puts in place.
+
+struct Installed {
+  TempDir dir;
+  std::string build = std::string(FENCEFS_BIN).substr(0, std::string(FENCEFS_BIN).rfind('/'));
+  int status = sh("cmake --install '" + build + "' --strip --prefix '" + dir.path + "' >/dev/null");
+};
+
+TEST(Packaging, InstallsStrippedBinariesManPagesUnitAndCompletion) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  const std::string& p = inst.dir.path;
+  for (std::string f :
+       {"bin/fencefs", "bin/fencectl", "share/man/man8/fencefs.8", "share/man/man8/fencectl.8",
+        "lib/systemd/system/fencefs@.service", "share/bash-completion/completions/fencectl"})
+    EXPECT_TRUE(exists(p + "/" + f)) << f;
+  for (std::string b : {"bin/fencefs", "bin/fencectl"})
+    EXPECT_EQ(sh_out("readelf -S '" + p + "/" + b + "' | grep -c debug_info"), "0\n") << b;
+}
+
+TEST(Packaging, ManPagesRender) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  for (std::string page : {"fencefs", "fencectl"}) {
+    std::string file = inst.dir.path + "/share/man/man8/" + page + ".8";
+    int st = -1;
+    std::string out = sh_out("MANWIDTH=80 man -l '" + file + "' 2>/dev/null", &st);
+    EXPECT_EQ(st, 0) << page;
+    for (const char* section : {"NAME", "SYNOPSIS", "DESCRIPTION", "EXIT STATUS", "SEE ALSO"})
+      EXPECT_NE(out.find(section), std::string::npos) << page << " lacks " << section;
+    EXPECT_EQ(sh_out("MANWIDTH=80 man --warnings -l '" + file + "' 2>&1 >/dev/null"), "")
+        << page << " renders with warnings";
+  }
+  std::string fencefs =
+      sh_out("MANWIDTH=80 man -l '" + inst.dir.path + "/share/man/man8/fencefs.8' 2>/dev/null");
+  for (const char* s : {"SIGHUP", "takeover", "log_level", "pidfile", "nonempty"})
+    EXPECT_NE(fencefs.find(s), std::string::npos) << s;
+}
+
+TEST(Packaging, TheUnitPassesSystemdAnalyzeVerify) {
+  Installed inst;
+  ASSERT_EQ(inst.status, 0);
+  // The unit names the configured prefix's binary; point it at this build's to verify here.
+  std::string unit = slurp(inst.dir.path + "/lib/systemd/system/fencefs@.service");
+  size_t at = unit.find("ExecStart=");
+  ASSERT_NE(at, std::string::npos);
+  size_t bin = unit.find("/fencefs ", at);
+  ASSERT_NE(bin, std::string::npos) << unit;
+  unit.replace(at + 10, bin - at - 10, inst.build);
+  std::string copy = inst.dir.path + "/fencefs@.service";
+  spit(copy, unit);
+  int st = -1;
+  std::string out = sh_out(
+      "MANPATH='" + inst.dir.path + "/share/man' systemd-analyze verify '" + copy + "' 2>&1", &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_EQ(out, "") << "warnings from systemd-analyze";
+  EXPECT_NE(unit.find("Type=notify"), std::string::npos);
+}
+
+TEST(Packaging, BashCompletionOffersCommandsAndOptions) {
+  std::string script = std::string(FENCEFS_SOURCE_DIR) + "/packaging/fencectl.bash";
+  auto complete = [&](const std::string& words, int cword) {
+    return sh_out("bash -c 'source " + script + "; COMP_WORDS=(" + words + "); COMP_CWORD=" +
+                  std::to_string(cword) + "; _fencectl; echo \"${COMPREPLY[*]}\"'");
+  };
+  EXPECT_EQ(complete("fencectl st", 1), "status\n");
+  EXPECT_EQ(complete("fencectl audit --dec", 2), "--decision\n");
+  EXPECT_EQ(complete("fencectl audit --decision refu", 3), "refused\n");
+  EXPECT_EQ(complete("fencectl recover --fl", 2), "--floor\n");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bindings survive a daemon restart, for exactly the same processes.
+
+namespace {
+
+// A job bound to `token` for / that appends a line to FILE each time it is told to and reports
+// the errno.
+class Job {
+ public:
+  Job(const Mount& m, uint64_t token, std::string rel) : m_(m), rel_(std::move(rel)) {
+    int cmd[2], res[2];
+    // Close-on-exec: a daemon started later must not hold the job's pipes open.
+    if (pipe2(cmd, O_CLOEXEC) != 0 || pipe2(res, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(cmd[1]);
+      close(res[0]);
+      int err = m_.ctl("bind / " + std::to_string(token));
+      if (::write(res[1], &err, sizeof err) != sizeof err) _exit(1);
+      char c;
+      while (::read(cmd[0], &c, 1) == 1 && c == 'w') {
+        int fd = ::open(m_.path(rel_).c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        int e = fd < 0 ? errno : 0;
+        if (fd >= 0) {
+          if (::write(fd, "line\n", 5) < 0) e = errno;
+          ::close(fd);
+        }
+        if (::write(res[1], &e, sizeof e) != sizeof e) _exit(1);
+      }
+      _exit(0);
+    }
+    close(cmd[0]);
+    close(res[1]);
+    cmd_ = cmd[1];
+    res_ = res[0];
+    bound_ = result();
+  }
+  ~Job() {
+    close(cmd_);  // EOF: the job exits
+    waitpid(pid_, nullptr, 0);
+    close(res_);
+  }
+  int bound() const { return bound_; }
+  pid_t pid() const { return pid_; }
+  int write_line() {
+    if (::write(cmd_, "w", 1) != 1) return -1;
+    return result();
+  }
+
+ private:
+  int result() {
+    int e = -1;
+    if (::read(res_, &e, sizeof e) != sizeof e) return -1;
+    return e;
+  }
+  const Mount& m_;
+  std::string rel_;
+  pid_t pid_ = -1;
+  int cmd_ = -1, res_ = -1, bound_ = -1;
+};
+
+}  // namespace
+
+TEST(Restart, ABoundJobKeepsWritingAfterACrashAndAfterAnUpgrade) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(job.write_line(), 0);
+  m.kill9();  // a crash
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_NE(m.daemon_log().find("bindings: 1 process(es) rebound"), std::string::npos)
+      << m.daemon_log();
+  EXPECT_EQ(job.write_line(), 0);
+  ASSERT_EQ(m.unmount(), 0);  // an upgrade: a clean stop, then the new binary
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ(job.write_line(), 0);
+  EXPECT_EQ(slurp(m.path("out")), "line\nline\nline\n");
+  std::string status = slurp(m.path(".fencefs/status"));
+  EXPECT_NE(status.find("\"pid\":" + std::to_string(job.pid()) + ","), std::string::npos) << status;
+}
+
+TEST(Restart, ASupersededJobIsStillRefusedAfterARestart) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(job.write_line(), 0);
+  m.kill9();
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  ASSERT_EQ(sh(kCtl + " advance --mount " + m.mnt() + " / 6 >/dev/null"), 0);
+  EXPECT_EQ(job.write_line(), ESTALE);
+  EXPECT_EQ(slurp(m.path("out")), "line\n");
+}
+
+TEST(Restart, OnlyTheExactSameProcessIsRebound) {
+  Mount m;
+  Job job(m, 5, "out");
+  ASSERT_EQ(job.bound(), 0);
+  ASSERT_EQ(m.unmount(), 0);
+  // The saved identity no longer matches the process (as after a pid was recycled).
+  std::string file = m.bpath(".fencefs/bindings");
+  std::istringstream in(slurp(file));
+  std::string out, line;
+  std::getline(in, line);
+  out = line + "\n";
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::string op;
+    unsigned long long pid, start, ino, domain, token;
+    f >> op >> pid >> start >> ino >> domain >> token;
+    ASSERT_EQ(pid, static_cast<unsigned long long>(job.pid())) << line;
+    out += fmt::format("{} {} {} {} {} {}\n", op, pid, start, ino + 1, domain, token);
+  }
+  spit(file, out);
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_NE(m.daemon_log().find("0 process(es) rebound, 1 gone or changed"), std::string::npos)
+      << m.daemon_log();
+  EXPECT_EQ(job.write_line(), EPERM);  // unbound: fails closed
+}
+
+// ---------------------------------------------------------------------------------------------
+// fencectl audit: errors are errors.
+
+TEST(Audit, AnUnreadableTrailIsAnErrorNotAnEmptyOne) {
+  Mount m;
+  ASSERT_EQ(write_as(m, 1, "f", "x"), 0);
+  int st = -1;
+  // The state directory is root's (0700): nobody reads the status file but not the trail.
+  std::string out = sh_out("setpriv --reuid=nobody --regid=nogroup --clear-groups " + kCtl +
+                               " audit --mount " + m.mnt() + " 2>&1",
+                           &st);
+  EXPECT_EQ(st, 215) << out;  // exit_code::kFailed
+  EXPECT_NE(out.find("cannot read the audit trail"), std::string::npos) << out;
+  EXPECT_EQ(out.find("no matching records"), std::string::npos) << out;
+  std::string mine = sh_out(kCtl + " audit --mount " + m.mnt() + " --decision advanced", &st);
+  EXPECT_EQ(st, 0) << mine;
+  EXPECT_NE(mine.find("advanced"), std::string::npos) << mine;
+}
+
+TEST(Audit, AnUnknownDecisionIsRefused) {
+  Mount m;
+  int st = -1;
+  std::string out =
+      sh_out(kCtl + " audit --mount " + m.mnt() + " --decision refused,bogus 2>&1", &st);
+  EXPECT_EQ(st, 200) << out;  // usage
+  EXPECT_NE(out.find("unknown decision 'bogus'"), std::string::npos) << out;
+}
+
+TEST(Fencectl, AdvanceAndDomainExitCodesFollowTheTable) {
+  Mount m({"-o", "max_jump=100"});
+  auto run = [&](const std::string& args) {
+    int st = -1;
+    sh_out(kCtl + " " + args + " 2>/dev/null", &st);
+    return st;
+  };
+  std::string M = " --mount " + m.mnt() + " ";
+  EXPECT_EQ(run("advance" + M + "/ 5"), 0);
+  EXPECT_EQ(run("advance" + M + "/ 3"), 201);      // stale
+  EXPECT_EQ(run("advance" + M + "/ 500"), 202);    // beyond max_jump
+  EXPECT_EQ(run("advance" + M + "/nope 9"), 204);  // not a domain: malformed
+  EXPECT_EQ(run("advance" + M + "/ 9 --bogus"), 200);
+  EXPECT_EQ(run("advance --mount /tmp / 9"), 205);  // no daemon there
+  ASSERT_EQ(::mkdir(m.bpath("sub").c_str(), 0755), 0);
+  EXPECT_EQ(run("domain add " + m.path("sub")), 0);
+  EXPECT_EQ(run("domain add " + m.path("sub")), 215);  // EEXIST: declared already (other)
+}
+
+TEST(Audit, FollowPrintsNewRecordsAcrossRotation) {
+  Mount m({"-o", "audit_max_bytes=1500"});  // a rotation every few records
+  std::string out = m.root() + "/follow.out";
+  pid_t follower = fork();
+  if (follower == 0) {
+    int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    execl(kCtl.c_str(), kCtl.c_str(), "audit", "--mount", m.mnt().c_str(), "--decision", "refused",
+          "--follow", "--json", nullptr);
+    _exit(127);
+  }
+  // Let it reach the end of the trail first; then refusals f1..f12, each in its own process.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 1; i <= 12; i++) EXPECT_EQ(write_as(m, 0, "f" + std::to_string(i), "x"), EPERM);
+  bool all = wait_for_text(out, "\"path\":\"/f12\"");
+  kill(follower, SIGTERM);
+  waitpid(follower, nullptr, 0);
+  EXPECT_TRUE(all) << slurp(out);
+  EXPECT_TRUE(exists(m.bpath(".fencefs/audit.log.2"))) << "expected several rotations";
+  std::string text = slurp(out);
+  size_t at = 0;
+  for (int i = 1; i <= 12; i++) {
+    size_t next = text.find("\"path\":\"/f" + std::to_string(i) + "\"", at);
+    EXPECT_NE(next, std::string::npos) << "f" << i << " missing or out of order: " << text;
+    if (next != std::string::npos) at = next;
+  }
+}
+
+TEST(Audit, SummaryCountsByReasonProcessAndCommand) {
+  Mount m;
+  for (int i = 0; i < 3; i++) EXPECT_EQ(write_as(m, 0, "f", "x"), EPERM);
+  int st = -1;
+  std::string text = sh_out(kCtl + " audit --mount " + m.mnt() + " --summary", &st);
+  EXPECT_EQ(st, 0) << text;
+  EXPECT_NE(text.find("refused/missing"), std::string::npos) << text;
+  std::string j = sh_out(kCtl + " audit --mount " + m.mnt() + " --summary --json", &st);
+  EXPECT_EQ(sh_out("echo '" + j + "' | jq -r '.by_reason[\"refused/missing\"]'"), "3\n") << j;
+  EXPECT_EQ(sh_out("echo '" + j + "' | jq -r '.by_process | length'"), "4\n") << j;  // 3 + daemon
+}
