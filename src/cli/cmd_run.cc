@@ -33,7 +33,8 @@ namespace {
 
 namespace ec = exit_code;
 
-const char* kRunUsage = R"(usage:
+const char* kRunUsage =
+    R"(usage: fencectl run --mount M --domain D (--token T | --acquire | --etcd E --lock NAME) ...
   fencectl run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
   fencectl run --mount M --domain D --acquire [--user U[:G]] -- CMD [ARGS...]
   fencectl run --mount M --domain D --etcd ENDPOINTS --lock NAME [--ttl S] [--wait S]
@@ -387,11 +388,7 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
 
 int need_root(const Opts& o, std::string* root) {
   if (o.mount.empty()) bad_usage("--mount M is required");
-  *root = find_mount(o.mount);
-  if (root->empty()) {
-    fail(o.mount + " is not a fencefs mount (no .fencefs/ctl; is the daemon running?)");
-    return ec::kUnreachable;
-  }
+  *root = mount_or_exit(o.mount, "");
   return 0;
 }
 
