@@ -98,16 +98,51 @@ int Fence::refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, co
   return err;
 }
 
-int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op) {
+int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, std::string* why) {
+  if (authority_) {
+    // Cluster mode: the authority raises every member, this one included, before returning.
+    std::string msg;
+    int err = authority_->advance(d, token, &msg);
+    if (err && why) *why = msg;
+    return err;
+  }
+  return raise_local(d, token, c, op);
+}
+
+int Fence::follow(Domain& d, Epoch token, bool uncommitted, const std::function<int()>& flush,
+                  std::string* why) {
+  Caller self{getpid(), getuid(), getgid()};
+  int err =
+      raise_local(d, token, self, Op{uncommitted ? "cluster_prepare" : "cluster_commit", {}, {}},
+                  flush, uncommitted);
+  if (err) {
+    *why =
+        fmt::format("domain {}: could not make epoch {} durable: {}", d.path, token, strerror(err));
+    return err;
+  }
+  return 0;
+}
+
+int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
+                       const std::function<int()>& flush, bool uncommitted) {
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   Epoch before = d.epoch.load();
-  if (before >= token) return 0;  // someone else advanced meanwhile; the caller re-judges
+  if (before >= token) {
+    // Restarted while an advance was pending: the journal has it, the commit is still due.
+    if (uncommitted && before == token) d.uncommitted.store(token, std::memory_order_release);
+    return 0;  // someone else advanced meanwhile; the caller re-judges
+  }
+  if (flush) {
+    if (int err = flush()) return err;
+  }
   if (store_.poisoned()) {
     int err = heal_journal(c);
     if (err) return err;
   }
   int err = store_.advance(d.id, token);
   if (err) return err;
+  // Set under the exclusive lock, so no admission sees the new epoch without the mark.
+  if (uncommitted) d.uncommitted.store(token, std::memory_order_release);
   d.epoch.store(token, std::memory_order_release);
   if (highwater_) highwater_->record(d.path, token);
   d.advances.fetch_add(1, std::memory_order_relaxed);
@@ -153,6 +188,11 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
     while (stamp > seen && !d.max_stamp.compare_exchange_weak(seen, stamp)) {
     }
   }
+  if (authority_) {
+    std::string why;
+    if (int err = authority_->admissible(&why))
+      return refuse(d, Reason::Io, err, token, c, op, why);
+  }
   for (;;) {
     std::shared_lock lk(d.mu);
     Epoch epoch = d.epoch.load(std::memory_order_acquire);
@@ -177,16 +217,26 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
                       fmt::format("token {} is more than max_jump {} above epoch {}", token,
                                   cfg_.max_jump, epoch));
       case Verdict::Equal:
+        if (Epoch u = d.uncommitted.load(std::memory_order_acquire); u && token >= u) {
+          // Not every member has acknowledged this epoch yet: wait for the commit.
+          lk.unlock();
+          std::string why;
+          if (int err = authority_->await_commit(d, token, &why))
+            return refuse(d, Reason::Io, err, token, c, op, why);
+          continue;
+        }
         d.accepted.fetch_add(1, std::memory_order_relaxed);
         out->first_ = std::move(lk);
         out->token_ = token;
         return 0;
       case Verdict::Advance: {
         lk.unlock();
-        int err = raise(d, token, c, op);
+        std::string why;
+        int err = raise(d, token, c, op, &why);
         if (err) {
-          return refuse(d, Reason::Io, err, token, c, op,
-                        fmt::format("could not make epoch {} durable: {}", token, strerror(err)));
+          if (why.empty())
+            why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
+          return refuse(d, Reason::Io, err, token, c, op, why);
         }
         continue;  // re-judge under the shared lock: a higher epoch may have landed since
       }
@@ -230,6 +280,8 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
       *why = fmt::format("stale token {} < epoch {}", token, epoch);
       return refuse(d, Reason::Stale, ESTALE, token, c, op, *why);
     case Verdict::Equal:
+      if (authority_ && d.uncommitted.load() != 0 && d.uncommitted.load() <= token)
+        break;  // an earlier advance to this epoch did not complete: complete it now
       *why = fmt::format("domain {} already at epoch {}", d.path, epoch);
       return 0;
     case Verdict::TooFar:
@@ -238,8 +290,9 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
     case Verdict::Advance:
       break;
   }
-  if (int err = raise(d, token, c, op)) {
-    *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
+  if (int err = raise(d, token, c, op, why)) {
+    if (!authority_)
+      *why = fmt::format("could not make epoch {} durable: {}", token, strerror(err));
     return refuse(d, Reason::Io, err, token, c, op, *why);
   }
   if (Epoch now = d.epoch.load(); now > token) {
@@ -308,7 +361,8 @@ int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
   return 0;
 }
 
-int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why) {
+int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why,
+                      bool announce) {
   std::lock_guard lk(domain_add_mu_);
   if (domains_.by_path(rel)) {
     *why = fmt::format("{} is already a domain", rel);
@@ -326,6 +380,7 @@ int Fence::add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string*
   }
   domains_.add(id, rel, 0, dev, ino);
   *why = fmt::format("domain {} declared at epoch 0", rel);
+  if (authority_ && announce) return authority_->declare(rel, 0, why);
   return 0;
 }
 

@@ -5,12 +5,14 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "audit/audit.h"
+#include "fence/authority.h"
 #include "fence/domain.h"
 #include "fence/highwater.h"
 #include "fence/rule.h"
@@ -93,7 +95,20 @@ class Fence {
   int check_jump(const Domain& d, Epoch token, std::string* why) const;
 
   // Durably declares a domain rooted at the existing directory rel (relative path "/a/b").
-  int add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why);
+  // announce: also declare it to the epoch authority (false when the authority told us).
+  int add_domain(const std::string& rel, dev_t dev, ino_t ino, std::string* why,
+                 bool announce = true);
+
+  // Cluster mode: the authority owns advances; this member follows. Unset: the local journal is
+  // the only authority. Set before mounting.
+  void set_authority(EpochAuthority* a) { authority_ = a; }
+  EpochAuthority* authority() const { return authority_; }
+  // This member's part of a cluster advance: waits for every operation admitted below `token`
+  // (d's lock, exclusively), runs flush (data written under the old epoch made durable), then
+  // makes `token` d's durable local epoch. uncommitted: tokens >= it wait for the commit.
+  // Returns 0 when d's epoch is now >= token.
+  int follow(Domain& d, Epoch token, bool uncommitted, const std::function<int()>& flush,
+             std::string* why);
 
   // Records an event; kRepeat when it repeated one just recorded (the kernel retries a path
   // operation refused with ESTALE once), so callers count it once.
@@ -105,7 +120,9 @@ class Fence {
   audit::Log* audit_log() const { return audit_; }
 
  private:
-  int raise(Domain& d, Epoch token, const Caller& c, const Op& op);
+  int raise(Domain& d, Epoch token, const Caller& c, const Op& op, std::string* why = nullptr);
+  int raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
+                  const std::function<int()>& flush = {}, bool uncommitted = false);
   int heal_journal(const Caller& c);
   int refuse(Domain& d, Reason r, int err, Epoch token, const Caller& c, const Op& op,
              std::string message);
@@ -115,6 +132,7 @@ class Fence {
   journal::StateStore& store_;
   audit::Log* audit_;
   HighWater* highwater_;
+  EpochAuthority* authority_ = nullptr;
   std::atomic<int64_t> last_heal_ns_{0};
   std::mutex domain_add_mu_;
 };

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "audit/audit.h"
+#include "cluster/cluster.h"
 #include "common/log.h"
 #include "fence/bindings.h"
 #include "fence/fence.h"
@@ -45,6 +46,19 @@ fencefs options (-o NAME=VALUE, comma-separated):
     timeout=SECS       kernel entry/attribute cache (default 5; sound: changes pass here)
     audit_max_bytes=N  rotate the audit log past N bytes (default 16777216)
     audit_keep=N       rotated audit logs kept (default 4)
+  cluster mode (several daemons, one per host, over one shared BACKING; docs/cluster.md):
+    cluster=NAME       join cluster NAME: etcd holds every domain and epoch, and an advance
+                       completes only once every member acknowledged it
+    etcd=ENDPOINTS     etcd endpoints, comma-separated (http://host:port or host:port)
+    etcd_cacert=FILE, etcd_cert=FILE, etcd_key=FILE   TLS to etcd
+    member=ID          this member's id (default HOSTNAME:MOUNTPOINT)
+    fence_hook=PROGRAM run for a member that does not acknowledge an advance in time, as
+                       PROGRAM MEMBER HOST MOUNTPOINT; exit 0 = it can no longer reach the
+                       storage. Without it such an advance fails
+    ack_timeout=SECS   how long an advance waits for acknowledgements (default 10)
+    lease_ttl=SECS     this member's etcd lease (default 10)
+    isolation=SECS     stop admitting mutations this long after etcd last confirmed contact
+                       (default lease_ttl/2; must be below lease_ttl)
     --init             create a new state even though BACKING holds files stamped by an
                        earlier state (every domain starts at the highest stamp found)
     --verbose          log every refusal and advance to stderr/syslog
@@ -69,6 +83,16 @@ struct Args {
   char* timeout = nullptr;
   char* audit_max_bytes = nullptr;
   char* audit_keep = nullptr;
+  char* cluster = nullptr;
+  char* etcd = nullptr;
+  char* etcd_cacert = nullptr;
+  char* etcd_cert = nullptr;
+  char* etcd_key = nullptr;
+  char* member = nullptr;
+  char* fence_hook = nullptr;
+  char* ack_timeout = nullptr;
+  char* lease_ttl = nullptr;
+  char* isolation = nullptr;
   int init = 0;
   int verbose = 0;
   int help = 0;
@@ -86,6 +110,16 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"timeout=%s", offsetof(Args, timeout), 0},
                            {"audit_max_bytes=%s", offsetof(Args, audit_max_bytes), 0},
                            {"audit_keep=%s", offsetof(Args, audit_keep), 0},
+                           {"cluster=%s", offsetof(Args, cluster), 0},
+                           {"etcd=%s", offsetof(Args, etcd), 0},
+                           {"etcd_cacert=%s", offsetof(Args, etcd_cacert), 0},
+                           {"etcd_cert=%s", offsetof(Args, etcd_cert), 0},
+                           {"etcd_key=%s", offsetof(Args, etcd_key), 0},
+                           {"member=%s", offsetof(Args, member), 0},
+                           {"fence_hook=%s", offsetof(Args, fence_hook), 0},
+                           {"ack_timeout=%s", offsetof(Args, ack_timeout), 0},
+                           {"lease_ttl=%s", offsetof(Args, lease_ttl), 0},
+                           {"isolation=%s", offsetof(Args, isolation), 0},
                            {"--init", offsetof(Args, init), 1},
                            {"init", offsetof(Args, init), 1},
                            {"--verbose", offsetof(Args, verbose), 1},
@@ -199,6 +233,49 @@ void parse_issuers(const std::string& spec, fence::Config* cfg) {
   }
 }
 
+std::chrono::milliseconds parse_secs(const char* s, const char* what) {
+  char* end = nullptr;
+  double v = strtod(s, &end);
+  if (!*s || *end || !(v >= 0) || v > 86400)
+    die(fmt::format("{}: not a number of seconds: '{}'", what, s));
+  return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+}
+
+cluster::Options cluster_options(const Args& a, const std::string& mnt, const std::string& state) {
+  cluster::Options o;
+  o.name = a.cluster;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  o.host = host;
+  o.mountpoint = mnt;
+  o.state_dir = state;
+  if (a.member) {
+    o.member = a.member;
+  } else {
+    o.member = o.host + ":" + mnt;
+    for (char& c : o.member)
+      if (!isalnum(static_cast<unsigned char>(c)) && !strchr("._:-", c)) c = '_';
+  }
+  if (!a.etcd) die("cluster= needs etcd=ENDPOINTS");
+  bool tls = a.etcd_cacert || a.etcd_cert;
+  o.etcd.endpoints = etcd::parse_endpoints(a.etcd, tls);
+  if (a.etcd_cacert) o.etcd.cacert = a.etcd_cacert;
+  if (a.etcd_cert) o.etcd.cert = a.etcd_cert;
+  if (a.etcd_key) o.etcd.key = a.etcd_key;
+  if (a.fence_hook) {
+    char real[PATH_MAX];
+    if (!realpath(a.fence_hook, real) || access(real, X_OK) != 0)
+      die(fmt::format("fence_hook {}: not an executable file", a.fence_hook));
+    o.fence_hook = real;
+  }
+  if (a.ack_timeout) o.ack_timeout = parse_secs(a.ack_timeout, "ack_timeout");
+  if (a.lease_ttl) o.lease_ttl = parse_secs(a.lease_ttl, "lease_ttl");
+  if (a.isolation) o.isolation = parse_secs(a.isolation, "isolation");
+  std::string err = cluster::validate(&o);
+  if (!err.empty()) die(err);
+  return o;
+}
+
 std::string read_key(const std::string& file) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) die(fmt::format("token_key {}: {}", file, strerror(errno)));
@@ -242,6 +319,10 @@ int main(int argc, char* argv[]) {
     return 1;
   }
   if (a.verbose) log::set_level(log::Level::Debug);
+  // Cluster mode: the backing is shared by several daemons by design, each with its own state.
+  const bool cluster_mode = a.cluster != nullptr;
+  if (!cluster_mode && (a.etcd || a.member || a.fence_hook || a.ack_timeout))
+    die("etcd=, member=, fence_hook= and ack_timeout= need cluster=NAME");
 
   char real[PATH_MAX];
   if (!realpath(a.backing.c_str(), real))
@@ -286,13 +367,14 @@ int main(int argc, char* argv[]) {
       highest = std::max(highest, e);
       stamped++;
     }
-    if (stamped > 0 && !a.init)
+    // In cluster mode the epochs come from etcd at join; stamps above them are then a rollback.
+    if (stamped > 0 && !a.init && !cluster_mode)
       die(fmt::format(
           "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
           "the state was lost, moved or not restored. Restore it, point state= at "
           "it, or pass --init to start anew with every domain at epoch {}",
           state, stamped, backing, highest, highest));
-    init_floor = highest;
+    if (!cluster_mode) init_floor = highest;
   }
 
   journal::Options jopts;
@@ -334,6 +416,17 @@ int main(int argc, char* argv[]) {
   audit::Log audit_log(aopts);
   fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   fence::Fence fence(cfg, domains, *store, &audit_log, &highwater);
+  std::unique_ptr<cluster::Cluster> cluster;
+  if (cluster_mode) {
+    // etcd is the authority: join (register, read every domain and epoch, raise the local view)
+    // before anything is compared with the local view.
+    cluster = std::make_unique<cluster::Cluster>(
+        cluster_options(a, mnt, state), fence,
+        open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::string why;
+    if (cluster->join(&why) != 0) die(why);
+    fence.set_authority(cluster.get());
+  }
   for (const std::string& msg : fence.check_rollback()) {
     log::error("{}", msg);
     audit::Event e;
@@ -411,6 +504,7 @@ int main(int argc, char* argv[]) {
   if (!copts.foreground) log::use_syslog(true);
   fuse_daemonize(copts.foreground);
   highwater.start();
+  if (cluster) cluster->start();
 
   int ret;
   if (copts.singlethread) {
@@ -425,6 +519,7 @@ int main(int argc, char* argv[]) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   log::info("unmounted {}", mnt);
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
