@@ -256,6 +256,15 @@ void Cluster::ack(etcd::Client& c, Domain& d) {
     log::warn("cluster {}: cannot acknowledge epoch {} of {}: {}", o_.name, e, d.path, s.message);
 }
 
+// An acknowledgement that could not be put (etcd failing over) is owed until it is.
+void Cluster::retry_acks() {
+  std::lock_guard lk(follow_mu_);
+  for (Domain* d : fence_.domains().all()) {
+    auto it = acked_.find(d->path);
+    if (it == acked_.end() || it->second != d->epoch.load()) ack(*ops_, *d);
+  }
+}
+
 void Cluster::clear_uncommitted(Domain& d, Epoch committed) {
   Epoch u = d.uncommitted.load();
   while (u && u <= committed && !d.uncommitted.compare_exchange_weak(u, 0)) {
@@ -441,6 +450,7 @@ void Cluster::keepalive_loop() {
       if (!s.ok()) continue;
       if (!lapsed && !isolated_) {
         admit_until_ns_ = t0 + ns(o_.isolation);
+        retry_acks();
         continue;
       }
     }

@@ -79,6 +79,7 @@ class Cluster final : public fence::EpochAuthority {
   void apply(etcd::Client& c, const std::string& path, Value v, int64_t rev, bool resync);
   fence::Domain* declare_local(const std::string& path);
   void ack(etcd::Client& c, fence::Domain& d);
+  void retry_acks();
   void clear_uncommitted(fence::Domain& d, fence::Epoch committed);
   int run_hook(const std::string& member, const std::string& info, const fence::Domain& d,
                fence::Epoch token, std::string* why);

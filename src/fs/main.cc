@@ -8,6 +8,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <fstream>
@@ -43,13 +44,14 @@ fencefs options (-o NAME=VALUE, comma-separated):
     token_key=FILE     accept tokens signed with this HMAC-SHA256 key from anyone; the file
                        must not be readable by group or others
     floor=N            raise every domain to at least epoch N at start (recovery, audited)
-    timeout=SECS       kernel entry/attribute cache (default 5; sound: changes pass here)
+    timeout=SECS       kernel entry/attribute cache (default 5; sound: changes pass here;
+                       0 in cluster mode, where other members change BACKING too)
     audit_max_bytes=N  rotate the audit log past N bytes (default 16777216)
     audit_keep=N       rotated audit logs kept (default 4)
   cluster mode (several daemons, one per host, over one shared BACKING; docs/cluster.md):
     cluster=NAME       join cluster NAME: etcd holds every domain and epoch, and an advance
                        completes only once every member acknowledged it
-    etcd=ENDPOINTS     etcd endpoints, comma-separated (http://host:port or host:port)
+    etcd=ENDPOINTS     etcd endpoints joined with '+' (http://host:port or host:port)
     etcd_cacert=FILE, etcd_cert=FILE, etcd_key=FILE   TLS to etcd
     member=ID          this member's id (default HOSTNAME:MOUNTPOINT)
     fence_hook=PROGRAM run for a member that does not acknowledge an advance in time, as
@@ -258,7 +260,10 @@ cluster::Options cluster_options(const Args& a, const std::string& mnt, const st
   }
   if (!a.etcd) die("cluster= needs etcd=ENDPOINTS");
   bool tls = a.etcd_cacert || a.etcd_cert;
-  o.etcd.endpoints = etcd::parse_endpoints(a.etcd, tls);
+  // Commas separate mount options: endpoints are joined with '+' (an escaped '\,' works too).
+  std::string eps = a.etcd;
+  std::replace(eps.begin(), eps.end(), '+', ',');
+  o.etcd.endpoints = etcd::parse_endpoints(eps, tls);
   if (a.etcd_cacert) o.etcd.cacert = a.etcd_cacert;
   if (a.etcd_cert) o.etcd.cert = a.etcd_cert;
   if (a.etcd_key) o.etcd.key = a.etcd_key;
@@ -471,6 +476,8 @@ int main(int argc, char* argv[]) {
   fs::Options fopts;
   fopts.backing = backing;
   fopts.state_dir = state;
+  // Other members change BACKING behind this kernel's caches: none by default in cluster mode.
+  if (cluster_mode) fopts.timeout = 0;
   if (a.timeout) fopts.timeout = strtod(a.timeout, nullptr);
   {
     // Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
