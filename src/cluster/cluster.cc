@@ -44,6 +44,12 @@ std::string random_id() {
   return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
 }
 
+void raise_to(std::atomic<int64_t>& a, int64_t v) {
+  int64_t cur = a.load();
+  while (cur < v && !a.compare_exchange_weak(cur, v)) {
+  }
+}
+
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 200) return false;
   for (char c : s)
@@ -273,16 +279,15 @@ void Cluster::clear_uncommitted(Domain& d, Epoch committed) {
   commit_cv_.notify_all();
 }
 
-void Cluster::apply(etcd::Client& c, const std::string& path, Value v, int64_t rev, bool resync) {
+void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resync) {
   Domain* d = declare_local(path);
   if (!d) return;
   std::lock_guard lk(follow_mu_);
-  int64_t& last = applied_rev_[path];
-  if (!resync && rev && rev <= last) {
-    ack(c, *d);
-    return;
-  }
-  last = rev;
+  // A pending record older than a commit already seen (a lagging watch) was committed since.
+  fence::Epoch& committed = committed_[path];
+  if (resync) committed = 0;
+  if (v.pending && v.epoch <= committed) v.pending = false;
+  if (!v.pending) committed = std::max(committed, v.epoch);
   Epoch local = d->epoch.load();
   if (v.epoch < local) {
     // Watch events can be older than what a resync already applied; only a current value
@@ -330,6 +335,7 @@ int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
     *why = fmt::format("cluster {}: cannot read the epochs: {}", o_.name, s.message);
     return EIO;
   }
+  raise_to(max_revision_, *revision);
   std::set<std::string> seen;
   for (auto& kv : kvs) {
     std::string path = kv.key.substr(prefix_.size() + 5);
@@ -339,7 +345,7 @@ int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
       continue;
     }
     seen.insert(path);
-    apply(c, path, v, kv.mod_revision, true);
+    apply(c, path, v, true);
   }
   // Domains this member knows and etcd does not (a new cluster, a domain declared here while
   // etcd was away, or a restored etcd): declared at this member's epoch (epochs only rise).
@@ -399,6 +405,34 @@ void Cluster::leave() {
     log::info("cluster {}: member {} left", o_.name, o_.member);
 }
 
+// etcd's revision never goes back in one cluster's life, except when it was restored from a
+// snapshot: then every epoch is read again, and the ones below this member's view are refused.
+void Cluster::check_time_travel() {
+  std::optional<etcd::KeyValue> kv;
+  int64_t rev = 0;
+  if (!ka_->get(prefix_ + "meta", &kv, &rev).ok() || rev == 0) return;
+  int64_t seen = max_revision_.load();
+  if (rev >= seen) {
+    raise_to(max_revision_, rev);
+    return;
+  }
+  std::string msg = fmt::format(
+      "etcd's revision went back from {} to {} (restored from an older snapshot?): re-reading "
+      "every epoch",
+      seen, rev);
+  log::error("cluster {}: {}", o_.name, msg);
+  audit("cluster_resync", "detected", "rollback", "", 0, 0, msg);
+  max_revision_ = rev;
+  int64_t now = 0;
+  std::string why;
+  if (resync(*ka_, &now, &why) != 0) {
+    log::error("{}", why);
+    return;
+  }
+  watch_from_ = now + 1;
+  rewatch_ = true;
+}
+
 void Cluster::set_isolated(const std::string& why) {
   if (isolated_.exchange(true)) return;
   {
@@ -422,6 +456,7 @@ int Cluster::admissible(std::string* why) {
 
 void Cluster::keepalive_loop() {
   Millis interval = std::max<Millis>(o_.isolation / 4, Millis(100));
+  uint64_t ticks = 0;
   while (!stop_) {
     {
       std::unique_lock lk(stop_mu_);
@@ -451,6 +486,16 @@ void Cluster::keepalive_loop() {
       if (!lapsed && !isolated_) {
         admit_until_ns_ = t0 + ns(o_.isolation);
         retry_acks();
+        check_time_travel();
+        // Anti-entropy: a watch can miss events (etcd restored and written past the revision it
+        // waits for); every few ticks the current records are read and applied again.
+        if (++ticks % 4 == 0) {
+          int64_t rev = 0;
+          if (resync(*ka_, &rev, &why) == 0) {
+            watch_from_ = rev + 1;
+            rewatch_ = true;
+          }
+        }
         continue;
       }
     }
@@ -477,16 +522,17 @@ void Cluster::watch_loop() {
   const std::string members = prefix_ + "members/" + o_.member;
   const std::string epochs = prefix_ + "epoch/";
   while (!stop_) {
-    from = std::max(from, watch_from_.load());
+    from = rewatch_.exchange(false) ? watch_from_.load() : std::max(from, watch_from_.load());
     etcd::Status s =
         watch_->watch(prefix_, true, from, Millis(2000), [&](const etcd::WatchEvent& ev) {
           if (stop_) return false;
           from = std::max(from, ev.kv.mod_revision + 1);
+          raise_to(max_revision_, ev.kv.mod_revision);
           if (ev.kv.key.compare(0, epochs.size(), epochs) == 0 &&
               ev.type == etcd::WatchEvent::Type::kPut) {
             Value v;
             if (decode(ev.kv.value, &v))
-              apply(*ops_, ev.kv.key.substr(prefix_.size() + 5), v, ev.kv.mod_revision, false);
+              apply(*ops_, ev.kv.key.substr(prefix_.size() + 5), v, false);
           } else if (ev.kv.key == members && ev.type == etcd::WatchEvent::Type::kDelete && !stop_) {
             // Another member's fence hook ran against this one. Stop at once; rejoin afresh.
             admit_until_ns_ = 0;
@@ -654,7 +700,6 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
   };
 
   // 1. The compare-and-set: the cluster's epoch only rises.
-  int64_t prepared_rev = 0;
   for (;;) {
     std::optional<etcd::KeyValue> kv;
     etcd::Status s = c.get(key, &kv);
@@ -667,13 +712,10 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
         return EIO;
       }
       if (cur.epoch > token || (cur.epoch == token && !cur.pending)) {
-        apply(c, d.path, cur, kv->mod_revision, false);  // superseded or done: re-judge
+        apply(c, d.path, cur, false);  // superseded or done: re-judge
         return 0;
       }
-      if (cur.epoch == token) {
-        prepared_rev = kv->mod_revision;
-        break;  // pending: complete it
-      }
+      if (cur.epoch == token) break;  // pending: complete it
       etcd::Compare cmp{key, etcd::Compare::Target::kMod, etcd::Compare::Result::kEqual,
                         kv->mod_revision};
       s = c.txn({cmp}, {etcd::Op::Put(key, pending)}, {}, &r);
@@ -682,13 +724,10 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
       s = c.txn({cmp}, {etcd::Op::Put(key, pending)}, {}, &r);
     }
     if (!s.ok()) return unreachable(s);
-    if (r.succeeded) {
-      prepared_rev = r.revision;
-      break;
-    }
+    if (r.succeeded) break;
   }
   // This member's own part, at once.
-  apply(c, d.path, {token, true}, prepared_rev, false);
+  apply(c, d.path, {token, true}, false);
 
   // 2. Every member acknowledges: nothing below `token` runs anywhere, its data is durable.
   auto deadline = Clock::now() + o_.ack_timeout;
@@ -699,7 +738,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
     if (!s.ok()) return unreachable(s);
     Value cur;
     if (kv && decode(kv->value, &cur) && (cur.epoch > token || !cur.pending)) {
-      apply(c, d.path, cur, kv->mod_revision, false);  // completed elsewhere, or superseded
+      apply(c, d.path, cur, false);  // completed elsewhere, or superseded
       return 0;
     }
     std::vector<etcd::KeyValue> members, acks;
@@ -769,11 +808,10 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
       c.txn({cmp}, {etcd::Op::Put(key, encode({token, false}))}, {etcd::Op::Range(key)}, &r);
   if (!s.ok()) return unreachable(s);
   if (r.succeeded) {
-    apply(c, d.path, {token, false}, r.revision, false);
+    apply(c, d.path, {token, false}, false);
   } else if (!r.ranges.empty() && !r.ranges[0].empty()) {
     Value cur;
-    if (decode(r.ranges[0][0].value, &cur))
-      apply(c, d.path, cur, r.ranges[0][0].mod_revision, false);
+    if (decode(r.ranges[0][0].value, &cur)) apply(c, d.path, cur, false);
   }
   return 0;
 }

@@ -75,8 +75,9 @@ class Cluster final : public fence::EpochAuthority {
   int resync(etcd::Client& c, int64_t* revision, std::string* why);
   // Applies one epoch record to the local view and acknowledges it. resync: the record is the
   // key's current value (a lower value than the local view is then a rollback of etcd).
-  // rev: the record's mod revision; an older record than the last applied is only acknowledged.
-  void apply(etcd::Client& c, const std::string& path, Value v, int64_t rev, bool resync);
+  void apply(etcd::Client& c, const std::string& path, Value v, bool resync);
+  // etcd's revision below one already seen: it was restored from a snapshot. Resyncs.
+  void check_time_travel();
   fence::Domain* declare_local(const std::string& path);
   void ack(etcd::Client& c, fence::Domain& d);
   void retry_acks();
@@ -105,7 +106,9 @@ class Cluster final : public fence::EpochAuthority {
 
   std::mutex follow_mu_;                             // serialises local raises and acknowledgements
   std::map<std::string, fence::Epoch> acked_;        // last acknowledgement put, by domain
-  std::map<std::string, int64_t> applied_rev_;       // last epoch record applied, by domain
+  std::map<std::string, fence::Epoch> committed_;    // highest committed epoch seen, by domain
+  std::atomic<int64_t> max_revision_{0};             // highest etcd revision seen
+  std::atomic<bool> rewatch_{false};                 // restart the watch at watch_from_
   std::map<std::string, fence::Epoch> rolled_back_;  // domain -> local view above etcd's
   std::mutex state_mu_;
   std::string isolated_why_;

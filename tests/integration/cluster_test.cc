@@ -526,3 +526,81 @@ TEST_F(ClusterTest, HistoryUnderKillsHasNoStaleWriteAfterAnAdvance) {
       EXPECT_GE(n->epoch(), highest) << n->mnt();
     }
 }
+
+namespace {
+bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 10s) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return f();
+}
+}  // namespace
+
+// A domain declared on one member exists on all; epochs and declarations survive the loss of an
+// etcd member and a restart of every daemon.
+TEST_F(ClusterTest, DomainsReachEveryMemberAndSurviveRestarts) {
+  Etcd& etcd = this->etcd(3);
+  ASSERT_EQ(mkdir(bpath("proj").c_str(), 0755), 0);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("domain add /proj"), 0);
+  EXPECT_TRUE(eventually([&] { return xattr(n2.path("proj"), "user.fencefs.domain") == "/proj"; }))
+      << n2.log();
+  ASSERT_EQ(n2.ctl("advance /proj 4"), 0) << n2.log();
+  EXPECT_EQ(xattr(n1.path("proj"), "user.fencefs.epoch"), "4");
+  EXPECT_EQ(n1.epoch(), 0u);  // the root domain is unaffected
+
+  n1.stop();
+  n2.stop();
+  etcd.kill(0);  // a minority of etcd
+  ASSERT_EQ(n2.start(), -1000) << n2.log();
+  ASSERT_EQ(n1.start(), -1000) << n1.log();
+  EXPECT_EQ(xattr(n1.path("proj"), "user.fencefs.epoch"), "4");
+  EXPECT_EQ(xattr(n2.path("proj"), "user.fencefs.epoch"), "4");
+  pid_t j = spawn_job(n1, 0, [&] {
+    if (n1.ctl("bind /proj 3") != 0) return 201;
+    return append(n1.path("proj/f"), "stale\n");
+  });
+  EXPECT_EQ(wait_status(j), ESTALE);
+}
+
+// etcd restored from an older snapshot: the members' views (journal, the high-water copy beside
+// the data) notice that etcd went back, say so, and refuse the old epochs, as for a rolled-back
+// journal; an advance above the highest epoch heals it.
+TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 3"), 0);
+  ASSERT_TRUE(etcd.snapshot_save(root_ + "/snap"));
+  ASSERT_EQ(n2.ctl("advance / 7"), 0);
+  ASSERT_TRUE(etcd.snapshot_restore(root_ + "/snap"));
+  std::string held = etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/");
+  ASSERT_EQ(held, "3\n");
+
+  EXPECT_TRUE(eventually([&] {
+    return n1.status().find("\"rolled_back\":{\"/\":7}") != std::string::npos;
+  })) << n1.status()
+      << n1.log();
+  EXPECT_NE(n1.log().find("rollback detected: etcd says domain / is at epoch 3"),
+            std::string::npos);
+  EXPECT_NE(slurp(root_ + "/m1.state/audit.log").find("\"reason\":\"rollback\""),
+            std::string::npos);
+  EXPECT_EQ(n1.ctl("advance / 5"), ESTALE);  // below what this member acknowledged
+
+  // A member that joins now starts from etcd's 3; the copy beside the data says 7: refused.
+  Node& n3 = node("m3", etcd.endpoints());
+  pid_t j = spawn_job(n3, 5, [&] { return append(n3.path("f"), "old owner\n"); });
+  EXPECT_EQ(wait_status(j), EIO);
+  EXPECT_NE(n3.log().find("rollback detected"), std::string::npos) << n3.log();
+
+  ASSERT_EQ(n1.ctl("advance / 8"), 0) << n1.log();  // heals every member
+  EXPECT_TRUE(eventually([&] {
+    return n1.status().find("\"rolled_back\":{}") != std::string::npos;
+  })) << n1.status();
+  j = spawn_job(n3, 8, [&] { return append(n3.path("f"), "new owner\n"); });
+  EXPECT_EQ(wait_status(j), 0);
+  EXPECT_EQ(slurp(bpath("f")), "new owner\n");
+}
