@@ -204,6 +204,7 @@ int Cluster::register_member(etcd::Client& c, std::string* why) {
   }
   json info = {{"host", o_.host},
                {"mountpoint", o_.mountpoint},
+               {"backing", o_.backing},
                {"pid", getpid()},
                {"lease", std::to_string(lease)}};
   // Membership is durable: only a clean leave or a successful fence hook ends it, since a
@@ -391,12 +392,20 @@ void Cluster::leave() {
   stop_cv_.notify_all();
   if (keepalive_.joinable()) keepalive_.join();
   if (watcher_.joinable()) watcher_.join();
-  std::vector<etcd::Op> ops{etcd::Op::Delete(prefix_ + "members/" + o_.member),
-                            etcd::Op::Delete(prefix_ + "alive/" + o_.member)};
-  for (Domain* d : fence_.domains().all())
-    ops.push_back(etcd::Op::Delete(ack_prefix(d->path) + o_.member));
+  // Acknowledgements first, in transactions below etcd's 128-operation limit; membership last.
+  etcd::Status s;
+  std::vector<etcd::Op> ops;
   etcd::TxnResult r;
-  etcd::Status s = ops_->txn({}, ops, {}, &r);
+  for (Domain* d : fence_.domains().all()) {
+    ops.push_back(etcd::Op::Delete(ack_prefix(d->path) + o_.member));
+    if (ops.size() == 100) {
+      if (s.ok()) s = ops_->txn({}, ops, {}, &r);
+      ops.clear();
+    }
+  }
+  ops.push_back(etcd::Op::Delete(prefix_ + "members/" + o_.member));
+  ops.push_back(etcd::Op::Delete(prefix_ + "alive/" + o_.member));
+  if (s.ok()) s = ops_->txn({}, ops, {}, &r);
   if (int64_t l = lease_.exchange(0)) ops_->lease_revoke(l);
   if (!s.ok())
     log::warn("cluster {}: could not deregister (advances will fence this member): {}", o_.name,
@@ -588,6 +597,7 @@ int Cluster::run_hook(const std::string& member, const std::string& info, const 
   env.push_back("FENCEFS_HOST=" + host);
   env.push_back("FENCEFS_MOUNTPOINT=" + mnt);
   env.push_back("FENCEFS_MEMBER_PID=" + member_pid);
+  env.push_back("FENCEFS_BACKING=" + (m.is_object() ? m.value("backing", "") : std::string()));
   env.push_back("FENCEFS_DOMAIN=" + d.path);
   env.push_back("FENCEFS_EPOCH=" + std::to_string(token));
   env.push_back("FENCEFS_FENCER=" + o_.member);

@@ -23,6 +23,7 @@ struct Options {
   std::string member;      // this member's id (unique in the cluster)
   std::string host;        // for the fence hook and status
   std::string mountpoint;  // idem
+  std::string backing;     // idem (a hook may sync or revoke it)
   std::string state_dir;   // where this member records the cluster it joined
   std::string fence_hook;  // program run for a member that does not acknowledge; empty: none
   etcd::Options etcd;

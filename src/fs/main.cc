@@ -243,8 +243,10 @@ std::chrono::milliseconds parse_secs(const char* s, const char* what) {
   return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
 }
 
-cluster::Options cluster_options(const Args& a, const std::string& mnt, const std::string& state) {
+cluster::Options cluster_options(const Args& a, const std::string& backing, const std::string& mnt,
+                                 const std::string& state) {
   cluster::Options o;
+  o.backing = backing;
   o.name = a.cluster;
   char host[256] = "";
   gethostname(host, sizeof host - 1);
@@ -426,7 +428,7 @@ int main(int argc, char* argv[]) {
     // etcd is the authority: join (register, read every domain and epoch, raise the local view)
     // before anything is compared with the local view.
     cluster = std::make_unique<cluster::Cluster>(
-        cluster_options(a, mnt, state), fence,
+        cluster_options(a, backing, mnt, state), fence,
         open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     std::string why;
     if (cluster->join(&why) != 0) die(why);
