@@ -687,7 +687,8 @@ int Cluster::run_hook(const std::string& member, const std::string& info, const 
   return 0;
 }
 
-int Cluster::advance(Domain& d, Epoch token, std::string* why) {
+int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) {
+  const bool acquire = token == 0;
   if (int err = admissible(why)) return err;
   {
     std::lock_guard lk(follow_mu_);
@@ -702,7 +703,6 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
   }
   etcd::Client& c = *ops_;
   const std::string key = epoch_key(d.path);
-  const std::string pending = encode({token, true});
   auto unreachable = [&](const etcd::Status& s) {
     *why = fmt::format("cluster {}: advance of {} to {}: etcd: {}; nothing is admitted under {}",
                        o_.name, d.path, token, s.message, token);
@@ -721,6 +721,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
         *why = fmt::format("cluster {}: malformed epoch record {}='{}'", o_.name, key, kv->value);
         return EIO;
       }
+      if (acquire) token = std::max(cur.epoch, d.epoch.load()) + 1;
       if (cur.epoch > token || (cur.epoch == token && !cur.pending)) {
         apply(c, d.path, cur, false);  // superseded or done: re-judge
         return 0;
@@ -728,14 +729,17 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why) {
       if (cur.epoch == token) break;  // pending: complete it
       etcd::Compare cmp{key, etcd::Compare::Target::kMod, etcd::Compare::Result::kEqual,
                         kv->mod_revision};
-      s = c.txn({cmp}, {etcd::Op::Put(key, pending)}, {}, &r);
+      s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
     } else {
+      if (acquire) token = d.epoch.load() + 1;
       etcd::Compare cmp{key, etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};
-      s = c.txn({cmp}, {etcd::Op::Put(key, pending)}, {}, &r);
+      s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
     }
     if (!s.ok()) return unreachable(s);
     if (r.succeeded) break;
   }
+  const std::string pending = encode({token, true});
+  if (acquired) *acquired = token;
   // This member's own part, at once.
   apply(c, d.path, {token, true}, false);
 

@@ -52,7 +52,8 @@ class Cluster final : public fence::EpochAuthority {
   // Threads do not survive fork: join() before daemonising, start() after.
   void start();
 
-  int advance(fence::Domain& d, fence::Epoch token, std::string* why) override;
+  int advance(fence::Domain& d, fence::Epoch token, std::string* why,
+              fence::Epoch* acquired) override;
   int admissible(std::string* why) override;
   int await_commit(fence::Domain& d, fence::Epoch token, std::string* why) override;
   int declare(const std::string& path, fence::Epoch epoch, std::string* why) override;

@@ -102,7 +102,7 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, std::str
   if (authority_) {
     // Cluster mode: the authority raises every member, this one included, before returning.
     std::string msg;
-    int err = authority_->advance(d, token, &msg);
+    int err = authority_->advance(d, token, &msg, nullptr);
     if (err && why) *why = msg;
     return err;
   }
