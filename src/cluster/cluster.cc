@@ -265,7 +265,8 @@ void Cluster::ack(etcd::Client& c, Domain& d) {
 
 // An acknowledgement that could not be put (etcd failing over) is owed until it is.
 void Cluster::retry_acks() {
-  std::lock_guard lk(follow_mu_);
+  std::unique_lock lk(follow_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // an acknowledgement is being made: retried next tick
   for (Domain* d : fence_.domains().all()) {
     auto it = acked_.find(d->path);
     if (it == acked_.end() || it->second != d->epoch.load()) ack(*ops_, *d);
@@ -432,14 +433,7 @@ void Cluster::check_time_travel() {
   log::error("cluster {}: {}", o_.name, msg);
   audit("cluster_resync", "detected", "rollback", "", 0, 0, msg);
   max_revision_ = rev;
-  int64_t now = 0;
-  std::string why;
-  if (resync(*ka_, &now, &why) != 0) {
-    log::error("{}", why);
-    return;
-  }
-  watch_from_ = now + 1;
-  rewatch_ = true;
+  resync_due_ = true;
 }
 
 void Cluster::set_isolated(const std::string& why) {
@@ -494,17 +488,13 @@ void Cluster::keepalive_loop() {
       if (!s.ok()) continue;
       if (!lapsed && !isolated_) {
         admit_until_ns_ = t0 + ns(o_.isolation);
+        // Nothing here may wait for a domain's lock (a long write, an acknowledgement in
+        // progress): this thread is what keeps the member admitting.
         retry_acks();
         check_time_travel();
         // Anti-entropy: a watch can miss events (etcd restored and written past the revision it
-        // waits for); every few ticks the current records are read and applied again.
-        if (++ticks % 4 == 0) {
-          int64_t rev = 0;
-          if (resync(*ka_, &rev, &why) == 0) {
-            watch_from_ = rev + 1;
-            rewatch_ = true;
-          }
-        }
+        // waits for); every few ticks the watch thread reads every record again.
+        if (++ticks % 4 == 0) resync_due_ = true;
         continue;
       }
     }
@@ -515,7 +505,6 @@ void Cluster::keepalive_loop() {
       log::warn("{}", why);
       continue;
     }
-    if (rev + 1 > watch_from_.load()) watch_from_ = rev + 1;
     fenced_ = false;
     admit_until_ns_ = t0 + ns(o_.isolation);
     isolated_ = false;
@@ -531,7 +520,16 @@ void Cluster::watch_loop() {
   const std::string members = prefix_ + "members/" + o_.member;
   const std::string epochs = prefix_ + "epoch/";
   while (!stop_) {
-    from = rewatch_.exchange(false) ? watch_from_.load() : std::max(from, watch_from_.load());
+    if (resync_due_.exchange(false)) {
+      int64_t rev = 0;
+      std::string why;
+      if (resync(*watch_, &rev, &why) == 0) {
+        from = rev + 1;  // everything up to rev is applied
+      } else {
+        log::warn("{}", why);
+        resync_due_ = true;
+      }
+    }
     etcd::Status s =
         watch_->watch(prefix_, true, from, Millis(2000), [&](const etcd::WatchEvent& ev) {
           if (stop_) return false;
@@ -558,12 +556,7 @@ void Cluster::watch_loop() {
         std::unique_lock lk(stop_mu_);
         stop_cv_.wait_for(lk, Millis(200), [this] { return stop_.load(); });
       }
-      int64_t rev = 0;
-      std::string why;
-      if (resync(*watch_, &rev, &why) == 0)
-        from = rev + 1;
-      else
-        log::warn("{}", why);
+      resync_due_ = true;
     }
   }
 }
@@ -742,6 +735,13 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
   if (acquired) *acquired = token;
   // This member's own part, at once.
   apply(c, d.path, {token, true}, false);
+  if (d.epoch.load() < token) {
+    *why = fmt::format(
+        "cluster {}: advance of {} to {}: this member could not make it durable (see the log); "
+        "nothing is admitted under {}",
+        o_.name, d.path, token, token);
+    return EIO;
+  }
 
   // 2. Every member acknowledges: nothing below `token` runs anywhere, its data is durable.
   auto deadline = Clock::now() + o_.ack_timeout;

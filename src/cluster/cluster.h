@@ -110,7 +110,7 @@ class Cluster final : public fence::EpochAuthority {
   std::map<std::string, fence::Epoch> acked_;        // last acknowledgement put, by domain
   std::map<std::string, fence::Epoch> committed_;    // highest committed epoch seen, by domain
   std::atomic<int64_t> max_revision_{0};             // highest etcd revision seen
-  std::atomic<bool> rewatch_{false};                 // restart the watch at watch_from_
+  std::atomic<bool> resync_due_{false};              // the watch thread reads every record
   std::map<std::string, fence::Epoch> rolled_back_;  // domain -> local view above etcd's
   std::mutex state_mu_;
   std::string isolated_why_;
