@@ -604,3 +604,47 @@ TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
   EXPECT_EQ(wait_status(j), 0);
   EXPECT_EQ(slurp(bpath("f")), "new owner\n");
 }
+
+// A hook that fails (or cannot prove the member is cut off) fails the advance the same way.
+TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
+  Etcd& etcd = this->etcd(1);
+  std::string hook = root_ + "/hook";
+  spit(hook, "#!/bin/sh\necho \"cannot reach $2 for $1\" >&2\nexit 3\n");
+  chmod(hook.c_str(), 0755);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  kill(n1.pid(), SIGSTOP);
+  EXPECT_EQ(n2.ctl("advance / 6"), EIO);
+  std::string log = n2.log();
+  EXPECT_NE(log.find("failed (exit 3: cannot reach"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing is admitted under 6"), std::string::npos) << log;
+  pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("f"), "B\n"); });
+  EXPECT_EQ(wait_status(b), EIO);
+  EXPECT_NE(n2.status().find("\"id\":\"m1\""), std::string::npos);  // still a member
+  kill(n1.pid(), SIGCONT);
+}
+
+// Misconfigurations and an unreachable etcd refuse the mount with a message.
+TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
+  Etcd& etcd = this->etcd(1);
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  struct Case {
+    std::string opts, message;
+  } cases[] = {
+      {"cluster=c1", "cluster= needs etcd=ENDPOINTS"},
+      {"etcd=" + eps, "need cluster=NAME"},
+      {"cluster=c/1,etcd=" + eps, "cluster= must be"},
+      {"cluster=c1,etcd=" + eps + ",lease_ttl=4,isolation=4", "isolation must be shorter"},
+      {"cluster=c1,etcd=" + eps + ",fence_hook=/nonexistent", "not an executable file"},
+      {"cluster=c1,etcd=127.0.0.1:1", "etcd unreachable"},
+  };
+  int i = 0;
+  for (auto& c : cases) {
+    nodes_.push_back(std::make_unique<Node>(root_, backing_, "bad" + std::to_string(i++), c.opts));
+    Node& n = *nodes_.back();
+    EXPECT_EQ(n.start(), 1) << c.opts;
+    EXPECT_NE(n.log().find(c.message), std::string::npos) << c.opts << ": " << n.log();
+  }
+}
