@@ -434,6 +434,12 @@ int main(int argc, char* argv[]) {
     if (cluster->join(&why) != 0) die(why);
     fence.set_authority(cluster.get());
   }
+  // Past this point a failed start must not leave a registered member behind: advances would
+  // wait for it (and fence it).
+  auto fail = [&](const std::string& msg) {
+    if (cluster) cluster->leave();
+    die(msg);
+  };
   for (const std::string& msg : fence.check_rollback()) {
     log::error("{}", msg);
     audit::Event e;
@@ -448,7 +454,7 @@ int main(int argc, char* argv[]) {
   floor = std::max(floor, init_floor);
   if (floor > 0) {
     std::string why;
-    if (fence.apply_floor(floor, &why) != 0) die(why);
+    if (fence.apply_floor(floor, &why) != 0) fail(why);
     audit::Event e;
     e.op = "floor";
     e.decision = "info";
@@ -474,7 +480,7 @@ int main(int argc, char* argv[]) {
   umask(0);  // modes arrive already masked by the caller's umask
 
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
-  if (root_fd < 0) die(fmt::format("open {}: {}", backing, strerror(errno)));
+  if (root_fd < 0) fail(fmt::format("open {}: {}", backing, strerror(errno)));
   fs::Options fopts;
   fopts.backing = backing;
   fopts.state_dir = state;
@@ -505,10 +511,10 @@ int main(int argc, char* argv[]) {
   fuse_opt_add_arg(&args, mopts.c_str());
   fuse_session* se =
       fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
-  if (!se) die("cannot create the FUSE session (bad option?)");
-  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
+  if (!se) fail("cannot create the FUSE session (bad option?)");
+  if (fuse_set_signal_handlers(se) != 0) fail("cannot set signal handlers");
   if (fuse_session_mount(se, mnt.c_str()) != 0)
-    die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
+    fail(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
   log::info("mounted {} at {} (state {})", backing, mnt, state);
   if (!copts.foreground) log::use_syslog(true);
   fuse_daemonize(copts.foreground);

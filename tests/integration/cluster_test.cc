@@ -379,6 +379,9 @@ TEST_F(ClusterTest, MemberCutOffFromEtcdStopsAdmitting) {
   EXPECT_EQ(slurp(n1.path("data")).substr(0, 2), "x\n");  // reads keep working
   std::string status = n1.status();
   EXPECT_NE(status.find("\"standing\":\"isolated\""), std::string::npos) << status;
+  std::string audit = slurp(root_ + "/m1.state/audit.log");
+  EXPECT_NE(audit.find("\"op\":\"cluster_isolated\""), std::string::npos);
+  EXPECT_NE(audit.find("is isolated from etcd"), std::string::npos);  // each refused mutation
 
   kill(frozen, SIGCONT);
   bool back = false;
@@ -639,6 +642,8 @@ TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
       {"cluster=c1,etcd=" + eps + ",lease_ttl=4,isolation=4", "isolation must be shorter"},
       {"cluster=c1,etcd=" + eps + ",fence_hook=/nonexistent", "not an executable file"},
       {"cluster=c1,etcd=127.0.0.1:1", "etcd unreachable"},
+      // Fails after joining: it must leave again, or advances would wait for it.
+      {"cluster=c1,etcd=" + eps + ",no_such_option", "cannot create the FUSE session"},
   };
   int i = 0;
   for (auto& c : cases) {
@@ -647,4 +652,7 @@ TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
     EXPECT_EQ(n.start(), 1) << c.opts;
     EXPECT_NE(n.log().find(c.message), std::string::npos) << c.opts << ": " << n.log();
   }
+  int st = -1;
+  EXPECT_EQ(etcd.etcdctl("get --prefix --keys-only /fencefs/clusters/c1/members/", &st), "");
+  EXPECT_EQ(st, 0);
 }
