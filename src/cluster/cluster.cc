@@ -415,12 +415,23 @@ void Cluster::leave() {
     log::info("cluster {}: member {} left", o_.name, o_.member);
 }
 
-// etcd's revision never goes back in one cluster's life, except when it was restored from a
-// snapshot: then every epoch is read again, and the ones below this member's view are refused.
-void Cluster::check_time_travel() {
-  std::optional<etcd::KeyValue> kv;
-  int64_t rev = 0;
-  if (!ka_->get(prefix_ + "meta", &kv, &rev).ok() || rev == 0) return;
+// Once per keepalive, one read: is this member still registered (a fence hook of another member
+// removes it), and did etcd's revision go back (restored from a snapshot)? The watch covers the
+// epochs only, so that an advance is not delivered to every member once per acknowledgement.
+void Cluster::check_standing() {
+  etcd::TxnResult r;
+  etcd::Status s = ka_->txn(
+      {}, {etcd::Op::Range(prefix_ + "meta"), etcd::Op::Range(prefix_ + "members/" + o_.member)},
+      {}, &r);
+  if (!s.ok() || r.ranges.size() != 2 || r.revision == 0) return;
+  if (r.ranges[1].empty() && !stop_) {
+    // Stop at once; the next tick registers anew and re-reads every epoch.
+    admit_until_ns_ = 0;
+    fenced_ = true;
+    set_isolated("fenced by another member (its fence hook reported this member cut off)");
+    return;
+  }
+  int64_t rev = r.revision;
   int64_t seen = max_revision_.load();
   if (rev >= seen) {
     raise_to(max_revision_, rev);
@@ -471,12 +482,14 @@ void Cluster::keepalive_loop() {
     if (lapsed)
       set_isolated(fmt::format("no keepalive confirmed by etcd for {} ms", o_.isolation.count()));
     std::string why;
+    bool registered = false;
     if (fenced_ || lease_.load() == 0) {
       // Fenced by another member, or the lease lapsed: register anew, then read every epoch.
       if (register_member(*ka_, &why) != 0) {
         log::warn("{}", why);
         continue;
       }
+      registered = true;
     } else {
       int64_t ttl = 0;
       etcd::Status s = ka_->lease_keepalive(lease_.load(), &ttl);
@@ -491,14 +504,20 @@ void Cluster::keepalive_loop() {
         // Nothing here may wait for a domain's lock (a long write, an acknowledgement in
         // progress): this thread is what keeps the member admitting.
         retry_acks();
-        check_time_travel();
+        check_standing();
         // Anti-entropy: a watch can miss events (etcd restored and written past the revision it
         // waits for); every few ticks the watch thread reads every record again.
         if (++ticks % 4 == 0) resync_due_ = true;
         continue;
       }
     }
-    // Back in contact after an isolation: resume only once every epoch was re-read.
+    // Back in contact after an isolation: resume only once registered (a fence may have removed
+    // this member meanwhile: advances must wait for it again) and every epoch was re-read, in
+    // that order, as at join.
+    if (!registered && register_member(*ka_, &why) != 0) {
+      log::warn("{}", why);
+      continue;
+    }
     int64_t rev = 0;
     if (resync(*ops_, &rev, &why) != 0) {
       set_isolated(why);
@@ -517,7 +536,6 @@ void Cluster::keepalive_loop() {
 
 void Cluster::watch_loop() {
   int64_t from = watch_from_.load();
-  const std::string members = prefix_ + "members/" + o_.member;
   const std::string epochs = prefix_ + "epoch/";
   while (!stop_) {
     if (resync_due_.exchange(false)) {
@@ -531,21 +549,13 @@ void Cluster::watch_loop() {
       }
     }
     etcd::Status s =
-        watch_->watch(prefix_, true, from, Millis(2000), [&](const etcd::WatchEvent& ev) {
+        watch_->watch(epochs, true, from, Millis(2000), [&](const etcd::WatchEvent& ev) {
           if (stop_) return false;
           from = std::max(from, ev.kv.mod_revision + 1);
           raise_to(max_revision_, ev.kv.mod_revision);
-          if (ev.kv.key.compare(0, epochs.size(), epochs) == 0 &&
-              ev.type == etcd::WatchEvent::Type::kPut) {
-            Value v;
-            if (decode(ev.kv.value, &v))
-              apply(*ops_, ev.kv.key.substr(prefix_.size() + 5), v, false);
-          } else if (ev.kv.key == members && ev.type == etcd::WatchEvent::Type::kDelete && !stop_) {
-            // Another member's fence hook ran against this one. Stop at once; rejoin afresh.
-            admit_until_ns_ = 0;
-            fenced_ = true;
-            set_isolated("fenced by another member (its fence hook reported this member cut off)");
-          }
+          Value v;
+          if (ev.type == etcd::WatchEvent::Type::kPut && decode(ev.kv.value, &v))
+            apply(*ops_, ev.kv.key.substr(epochs.size() - 1), v, false);
           return true;
         });
     if (stop_) break;

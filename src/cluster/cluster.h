@@ -78,8 +78,8 @@ class Cluster final : public fence::EpochAuthority {
   // Applies one epoch record to the local view and acknowledges it. resync: the record is the
   // key's current value (a lower value than the local view is then a rollback of etcd).
   void apply(etcd::Client& c, const std::string& path, Value v, bool resync);
-  // etcd's revision below one already seen: it was restored from a snapshot. Resyncs.
-  void check_time_travel();
+  // Still a member (not fenced)? etcd's revision not gone back (restored)? Once per keepalive.
+  void check_standing();
   fence::Domain* declare_local(const std::string& path);
   void ack(etcd::Client& c, fence::Domain& d);
   void retry_acks();
