@@ -291,9 +291,20 @@ void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resy
   if (v.pending && v.epoch <= committed) v.pending = false;
   if (!v.pending) committed = std::max(committed, v.epoch);
   Epoch local = d->epoch.load();
+  if (v.epoch < local && resync) {
+    // The read may predate an advance this member applied meanwhile (inline, or on another
+    // thread): only a value read after the local view was raised, and still below it, is etcd
+    // going back. (The local view only ever rises after etcd held that epoch.)
+    std::optional<etcd::KeyValue> kv;
+    Value fresh;
+    if (!c.get(epoch_key(path), &kv).ok() ||
+        (kv && decode(kv->value, &fresh) && fresh.epoch >= local)) {
+      ack(c, *d);
+      return;
+    }
+  }
   if (v.epoch < local) {
-    // Watch events can be older than what a resync already applied; only a current value
-    // below the local view is etcd going back.
+    // Watch events can be older than what a resync already applied.
     if (resync && rolled_back_[path] < local) {
       rolled_back_[path] = local;
       std::string msg = fmt::format(
