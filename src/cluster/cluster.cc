@@ -33,7 +33,7 @@ using Millis = std::chrono::milliseconds;
 
 int64_t mono_ns() {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(CLOCK_BOOTTIME, &ts);  // monotonic, and counts a suspended host's sleep
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
