@@ -899,7 +899,8 @@ std::string Cluster::status_json() {
     out["rolled_back"] = rb;
   }
   std::vector<etcd::KeyValue> kvs;
-  etcd::Status s = ops_->get_prefix(prefix_, &kvs);
+  // Short timeout: reading the status file must not hang while etcd is away.
+  etcd::Status s = ka_->get_prefix(prefix_, &kvs);
   out["etcd_reachable"] = s.ok();
   json members = json::array();
   json domains = json::array();
