@@ -518,6 +518,22 @@ else
   fi
   rm -rf "$ab"
 
+  # Cluster mode (scripts/bench_cluster.sh: its own members and a local single-node etcd).
+  log "cluster rows: advance latency with 1, 3, 5 members; equal-token writes on and off"
+  for ((r = 1; r <= ROUNDS; r++)); do
+    if timeout -k 10 "$TIMEOUT" scripts/bench_cluster.sh "$FENCEFS" "$(q 300 30)" "$(q 20000 2000)" \
+        >"$W/cl.out" 2>"$W/cl.err"; then
+      for m in 1 3 5; do
+        record "cl_adv_m${m}_p50" fencefs "$r" "$(kv "adv_m${m}_p50_ms" "$W/cl.out")"
+        record "cl_adv_m${m}_p99" fencefs "$r" "$(kv "adv_m${m}_p99_ms" "$W/cl.out")"
+      done
+      record cl_eq_on fencefs "$r" "$(kv eq_write_cluster_t5 "$W/cl.out")"
+      record cl_eq_off fencefs "$r" "$(kv eq_write_plain_t5 "$W/cl.out")"
+    else
+      note cl_adv_m1_p50 fencefs "round $r: $(tail -1 "$W/cl.err")"
+    fi
+  done
+
   # Recovery of a JOURNAL_RECORDS-record journal.
   if [ -z "$JB" ]; then
     for k in recovery_lib recovery_mount recovery_mount_empty; do note "$k" fencefs "$JB_REASON"; done

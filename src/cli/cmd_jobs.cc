@@ -117,6 +117,32 @@ int cmd_domain(const Args& args) {
   return 0;
 }
 
+// Cluster mode: this member's standing, the members with their acknowledged epochs, and the
+// cluster's epochs as etcd holds them.
+void print_cluster(const json::Value& c) {
+  std::cout << fmt::format("\ncluster  {}  member {}  {}{}\n", c.get("name")->str,
+                           c.get("member")->str, c.get("standing")->str,
+                           c.get("etcd_reachable")->b ? "" : "  (etcd unreachable)");
+  if (const json::Value* w = c.get("isolated_why")) std::cout << "         " << w->str << "\n";
+  for (const auto& [p, e] : c.get("rolled_back")->obj)
+    std::cout << fmt::format("         ROLLBACK: etcd holds domain {} below epoch {}\n", p,
+                             e.as_string());
+  for (const auto& d : c.get("domains")->arr)
+    std::cout << fmt::format(
+        "  epoch  {:<24} {:>12}{}\n", d.get("path")->str, d.get("epoch")->as_string(),
+        d.get("pending")->b ? "  (pending: not every member acknowledged)" : "");
+  std::cout << fmt::format("{:<24} {:<12} {:<16} {:<24} {}\n", "MEMBER", "STANDING", "HOST",
+                           "MOUNTPOINT", "ACKNOWLEDGED");
+  for (const auto& m : c.get("members")->arr) {
+    std::string acked;
+    for (const auto& [p, e] : m.get("acked")->obj)
+      acked += (acked.empty() ? "" : " ") + p + "=" + e.as_string();
+    std::cout << fmt::format("{:<24} {:<12} {:<16} {:<24} {}\n", m.get("id")->str,
+                             m.get("standing")->str, m.get("host")->str, m.get("mountpoint")->str,
+                             acked.empty() ? "-" : acked);
+  }
+}
+
 int cmd_status(const Args& args) {
   Parsed p = parse_command(*find_command("status"), args);
   std::string mount = p.value("mount");
@@ -172,6 +198,7 @@ int cmd_status(const Args& args) {
       std::cout << fmt::format("    bound: pid {} ({}) token {}\n", b.get("pid")->as_string(),
                                b.get("comm")->str, b.get("token")->as_string());
   }
+  if (const json::Value* c = v->get("cluster")) print_cluster(*c);
   return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/error.h"
 #include "common/proc.h"
 
 namespace fencefs::daemon {
@@ -76,7 +77,8 @@ enum class Lock { Taken, Busy, Error };
 // Opens PATH (creating it when missing) and takes an exclusive OFD lock on it without waiting.
 // Retries when the file was replaced between open and lock, so the lock is on the file the path
 // names.
-Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string* error) {
+Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string* error,
+               short type = F_WRLCK) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     *created = false;
     int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -87,11 +89,11 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
       if (fd < 0 && errno == ENOENT) continue;
     }
     if (fd < 0) {
-      *error = fmt::format("{}: {}", path, strerror(errno));
+      *error = fmt::format("{}: {}", path, common::errstr(errno));
       return Lock::Error;
     }
     struct flock fl {};
-    fl.l_type = F_WRLCK;
+    fl.l_type = type;
     fl.l_whence = SEEK_SET;
     if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
       int err = errno;
@@ -100,7 +102,7 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
         return Lock::Busy;
       }
       close(fd);
-      *error = fmt::format("cannot lock {}: {}", path, strerror(err));
+      *error = fmt::format("cannot lock {}: {}", path, common::errstr(err));
       return Lock::Error;
     }
     struct stat a, b;
@@ -215,15 +217,26 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   if (mkdir(dir.c_str(), 0700) == 0) {
     c->created_marker_dir_ = true;
   } else if (errno != EEXIST) {
-    *error = fmt::format("{}: {}", dir, strerror(errno));
+    *error = fmt::format("{}: {}", dir, common::errstr(errno));
     c->abandon();
     return nullptr;
   }
-  switch (lock_file(dir + "/owner", &fd, &created, error)) {
+  // Cluster members share the backing by design: each holds a read lock, which excludes a
+  // daemon outside cluster mode (a write lock) and is excluded by one.
+  switch (lock_file(dir + "/owner", &fd, &created, error, req.shared ? F_RDLCK : F_WRLCK)) {
     case Lock::Error:
       c->abandon();
       return nullptr;
     case Lock::Busy:
+      if (req.shared) {
+        *error = fmt::format(
+            "backing {} is served by a fencefs daemon outside cluster mode ({}); unmount it "
+            "before mounting the backing as a cluster member",
+            req.backing, who(fd));
+        close(fd);
+        c->abandon();
+        return nullptr;
+      }
       *error = fmt::format(
           "backing {} is already served by a fencefs daemon ({}); a backing is served by one "
           "daemon: unmount that mount first",
@@ -233,7 +246,13 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
       return nullptr;
     case Lock::Taken:
       c->owner_fd_ = fd;
-      c->created_owner_ = created;
+      c->created_owner_ = created && !req.shared;  // other members may hold it already
+      if (req.shared) {
+        c->created_marker_dir_ = false;
+        c->shared_owner_fd_ = fd;
+        c->owner_fd_ = -1;  // the marker names single owners; members are listed in etcd
+        return c;
+      }
   }
 
   // Nobody here holds the lock. The marker may still name a live mount the lock cannot see:
@@ -281,6 +300,7 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
 }
 
 Claim::~Claim() {
+  if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (state_fd_ >= 0) close(state_fd_);
   if (owner_fd_ >= 0) close(owner_fd_);
 }
@@ -289,7 +309,7 @@ bool Claim::publish(std::string* error) {
   std::string text = self_owner(req_.mountpoint, req_.state).encode();
   for (int fd : {owner_fd_, state_fd_}) {
     if (fd >= 0 && !write_all(fd, text)) {
-      *error = fmt::format("cannot write the mount marker: {}", strerror(errno));
+      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
       return false;
     }
   }
@@ -313,7 +333,7 @@ void Claim::abandon() {
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
-  for (int* fd : {&owner_fd_, &state_fd_}) {
+  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }

@@ -40,6 +40,7 @@ class Claim {
     std::string state;
     std::string mountpoint;
     bool takeover = false;  // a marker naming another host is stale (that host is down)
+    bool shared = false;    // cluster mode: members share the backing; only the state is ours
   };
   // Takes both locks and checks the marker. On refusal returns null with the reason in *error;
   // anything it created is removed again.
@@ -62,6 +63,7 @@ class Claim {
   Request req_;
   int state_fd_ = -1;
   int owner_fd_ = -1;
+  int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
   bool created_state_lock_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/error.h"
 #include "common/log.h"
 
 namespace fencefs::daemon {
@@ -82,14 +83,14 @@ bool write_pidfile(const std::string& path, std::string* error) {
   std::string tmp = path + ".tmp";
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
-    *error = "pidfile " + tmp + ": " + strerror(errno);
+    *error = "pidfile " + tmp + ": " + common::errstr(errno);
     return false;
   }
   std::string text = std::to_string(getpid()) + "\n";
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = "pidfile " + path + ": " + strerror(errno);
+    *error = "pidfile " + path + ": " + common::errstr(errno);
     unlink(tmp.c_str());
     return false;
   }

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/error.h"
+
 namespace fencefs::daemon {
 
 std::optional<bool> is_mountpoint(const std::string& dir, std::string* error) {
@@ -30,7 +32,7 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error) {
 std::optional<bool> dir_has_entries(const std::string& dir, std::string* error) {
   DIR* d = opendir(dir.c_str());
   if (!d) {
-    *error = fmt::format("{}: {}", dir, strerror(errno));
+    *error = fmt::format("{}: {}", dir, common::errstr(errno));
     return std::nullopt;
   }
   bool any = false;

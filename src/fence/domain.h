@@ -44,6 +44,9 @@ struct Domain {
   mutable WriterPreferringLock mu;
   std::atomic<Epoch> epoch{0};      // durable: only this admits mutations
   std::atomic<Epoch> max_stamp{0};  // highest last-epoch stamp seen above `epoch` (rollback)
+  // Cluster mode: `epoch` raised by an advance that not every member acknowledged yet; tokens at
+  // or above it wait for the commit (0: none pending).
+  std::atomic<Epoch> uncommitted{0};
 
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> advances{0};

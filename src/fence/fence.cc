@@ -135,7 +135,34 @@ int Fence::check_jump(const Domain& d, Epoch token, std::string* why) const {
   return dec.err;
 }
 
-int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired) {
+int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired,
+                 std::string* why) {
+  if (authority_) {
+    // Cluster mode: the authority raises every member, this one included, before returning.
+    std::string msg;
+    int err = authority_->advance(d, token, &msg, acquired);
+    if (err && why) *why = msg;
+    return err;
+  }
+  return raise_local(d, token, c, op, {}, false, acquired);
+}
+
+int Fence::follow(Domain& d, Epoch token, bool uncommitted, const std::function<int()>& flush,
+                  std::string* why) {
+  Caller self{getpid(), getuid(), getgid()};
+  int err =
+      raise_local(d, token, self, Op{uncommitted ? "cluster_prepare" : "cluster_commit", {}, {}},
+                  flush, uncommitted);
+  if (err) {
+    *why = fmt::format("domain {}: could not make epoch {} durable: {}", d.path, token,
+                       common::errstr(err));
+    return err;
+  }
+  return 0;
+}
+
+int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
+                       const std::function<int()>& flush, bool uncommitted, Epoch* acquired) {
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   Epoch before = d.epoch.load();
   if (acquired) {
@@ -144,13 +171,22 @@ int Fence::raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* a
     if (token == 0) token = before + 1;
     if (token <= before) return ESTALE;
   }
-  if (before >= token) return 0;  // someone else advanced meanwhile; the caller re-judges
+  if (before >= token) {
+    // Restarted while an advance was pending: the journal has it, the commit is still due.
+    if (uncommitted && before == token) d.uncommitted.store(token, std::memory_order_release);
+    return 0;  // someone else advanced meanwhile; the caller re-judges
+  }
+  if (flush) {
+    if (int err = flush()) return err;
+  }
   if (store_.poisoned()) {
     int err = heal_journal(c);
     if (err) return err;
   }
   int err = store_.advance(d.id, token);
   if (err) return err;
+  // Set under the exclusive lock, so no admission sees the new epoch without the mark.
+  if (uncommitted) d.uncommitted.store(token, std::memory_order_release);
   d.epoch.store(token, std::memory_order_release);
   if (acquired) *acquired = token;
   if (highwater_) highwater_->record(d.path, token);
@@ -200,18 +236,33 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
   }
   std::string tok = token_text(token);
   Subject s{op.name, &d, {}, tok, op.target, op.target2};
+  if (authority_) {
+    std::string why;
+    if (int err = authority_->admissible(&why)) return refuse(c, s, Reason::Io, err, why);
+  }
   for (;;) {
     std::shared_lock lk(d.mu);
     Decision dec = decide(RequestKind::Admit, d, token);
     if (dec.refused()) return refuse(c, s, std::move(dec));
     if (!dec.raise) {
+      if (Epoch u = d.uncommitted.load(std::memory_order_acquire); u && token >= u) {
+        // Not every member has acknowledged this epoch yet: wait for the commit.
+        lk.unlock();
+        std::string why;
+        if (int err = authority_->await_commit(d, token, &why))
+          return refuse(c, s, Reason::Io, err, why);
+        continue;
+      }
       d.accepted.fetch_add(1, std::memory_order_relaxed);
       out->first_ = std::move(lk);
       out->token_ = token;
       return 0;
     }
     lk.unlock();
-    if (int err = raise(d, token, c, op)) return refuse(c, s, durability_failure(token, err));
+    std::string why;
+    if (int err = raise(d, token, c, op, nullptr, &why))
+      return why.empty() ? refuse(c, s, durability_failure(token, err))
+                         : refuse(c, s, Reason::Io, err, why);
     // Re-judged under the shared lock: a higher epoch may have landed since.
   }
 }
@@ -241,8 +292,11 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
   Decision dec = decide(RequestKind::Advance, d, token, force);
   *why = dec.message;
   if (dec.refused()) return refuse(c, s, std::move(dec));
-  if (!dec.raise) return 0;  // already at that epoch
-  if (int err = raise(d, token, c, op)) {
+  // Equal is a no-op, unless an earlier cluster advance to this epoch did not complete.
+  bool complete = authority_ && d.uncommitted.load() != 0 && d.uncommitted.load() <= token;
+  if (!dec.raise && !complete) return 0;
+  if (int err = raise(d, token, c, op, nullptr, why)) {
+    if (authority_) return refuse(c, s, Reason::Io, err, *why);
     dec = durability_failure(token, err);
     *why = dec.message;
     return refuse(c, s, std::move(dec));
@@ -346,7 +400,8 @@ int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool 
   return 0;
 }
 
-int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why) {
+int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why,
+                      bool announce) {
   std::lock_guard lk(domain_add_mu_);
   if (place.empty()) {
     *why = fmt::format("{} is not a directory below the mount root", rel);
@@ -377,6 +432,7 @@ int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std:
   }
   domains_.add(id, rel, 0, std::move(place));
   *why = fmt::format("domain {} declared at epoch 0", rel);
+  if (authority_ && announce) return authority_->declare(rel, 0, why);
   return 0;
 }
 

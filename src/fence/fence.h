@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "audit/audit.h"
 #include "common/proc.h"
+#include "fence/authority.h"
 #include "fence/decision.h"
 #include "fence/domain.h"
 #include "fence/highwater.h"
@@ -124,7 +126,20 @@ class Fence {
 
   // Durably declares a domain rooted at the existing directory rel (relative path "/a/b"), found
   // along `place`. Declaring an existing domain's path again re-binds it to the directory there.
-  int add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why);
+  // announce: also declare it to the epoch authority (false when the authority told us).
+  int add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why,
+                 bool announce = true);
+
+  // Cluster mode: the authority owns advances; this member follows. Unset: the local journal is
+  // the only authority. Set before mounting.
+  void set_authority(EpochAuthority* a) { authority_ = a; }
+  EpochAuthority* authority() const { return authority_; }
+  // This member's part of a cluster advance: waits for every operation admitted below `token`
+  // (d's lock, exclusively), runs flush (data written under the old epoch made durable), then
+  // makes `token` d's durable local epoch. uncommitted: tokens >= it wait for the commit.
+  // Returns 0 when d's epoch is now >= token.
+  int follow(Domain& d, Epoch token, bool uncommitted, const std::function<int()>& flush,
+             std::string* why);
 
   // Records an event; kRepeat when it repeated one just recorded (the kernel retries a path
   // operation refused with ESTALE once), so callers count it once.
@@ -137,8 +152,13 @@ class Fence {
 
  private:
   // With `acquired`, the raise is an acquisition (see acquire): token 0 is issued as epoch + 1
-  // under the exclusive lock, and a token not above the epoch is ESTALE.
-  int raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired = nullptr);
+  // under the exclusive lock, and a token not above the epoch is ESTALE. In cluster mode the
+  // authority raises every member; *why then says why it could not.
+  int raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired = nullptr,
+            std::string* why = nullptr);
+  int raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
+                  const std::function<int()>& flush = {}, bool uncommitted = false,
+                  Epoch* acquired = nullptr);
   int heal_journal(const Caller& c);
   audit::Event event_of(const Subject& s) const;
 
@@ -148,6 +168,7 @@ class Fence {
   audit::Log* audit_;
   HighWater* highwater_;
   proc::ProcessInfo& procs_;
+  EpochAuthority* authority_ = nullptr;
   std::atomic<int64_t> last_heal_ns_{0};
   std::mutex domain_add_mu_;
 };

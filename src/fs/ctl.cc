@@ -386,7 +386,9 @@ std::string Fs::render_status_json() {
     }
     out += "]}";
   }
-  out += "]}\n";
+  out += "]";
+  if (auto* a = fence_.authority()) out += ",\"cluster\":" + a->status_json();
+  out += "}\n";
   return out;
 }
 

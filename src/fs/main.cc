@@ -10,14 +10,18 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "audit/audit.h"
+#include "cluster/cluster.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/path.h"
@@ -56,6 +60,19 @@ fencefs options (-o NAME=VALUE, comma-separated):
     timeout=SECS       kernel entry/attribute cache (default 5; sound: changes pass here)
     audit_max_bytes=N  rotate the audit log past N bytes (default 16777216)
     audit_keep=N       rotated audit logs kept (default 4)
+  cluster mode (several daemons, one per host, over one shared BACKING; docs/cluster.md):
+    cluster=NAME       join cluster NAME: etcd holds every domain and epoch, and an advance
+                       completes only once every member acknowledged it
+    etcd=ENDPOINTS     etcd endpoints joined with '+' (http://host:port or host:port)
+    etcd_cacert=FILE, etcd_cert=FILE, etcd_key=FILE   TLS to etcd
+    member=ID          this member's id (default HOSTNAME:MOUNTPOINT)
+    fence_hook=PROGRAM run for a member that does not acknowledge an advance in time, as
+                       PROGRAM MEMBER HOST MOUNTPOINT; exit 0 = it can no longer reach the
+                       storage. Without it such an advance fails
+    ack_timeout=SECS   how long an advance waits for acknowledgements (default 10)
+    lease_ttl=SECS     this member's etcd lease (default 10)
+    isolation=SECS     stop admitting mutations this long after etcd last confirmed contact
+                       (default lease_ttl/2; must be below lease_ttl)
     init, --init       create a new state even though BACKING holds files stamped by an
                        earlier state (every domain starts at the highest stamp found)
     log=WHERE          syslog, journal, stderr or an absolute FILE (reopened on SIGHUP);
@@ -97,6 +114,16 @@ struct Args {
   char* log = nullptr;
   char* log_level = nullptr;
   char* pidfile = nullptr;
+  char* cluster = nullptr;
+  char* etcd = nullptr;
+  char* etcd_cacert = nullptr;
+  char* etcd_cert = nullptr;
+  char* etcd_key = nullptr;
+  char* member = nullptr;
+  char* fence_hook = nullptr;
+  char* ack_timeout = nullptr;
+  char* lease_ttl = nullptr;
+  char* isolation = nullptr;
   int init = 0;
   int verbose = 0;
   int nonempty = 0;
@@ -123,6 +150,16 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"log=%s", offsetof(Args, log), 0},
                            {"log_level=%s", offsetof(Args, log_level), 0},
                            {"pidfile=%s", offsetof(Args, pidfile), 0},
+                           {"cluster=%s", offsetof(Args, cluster), 0},
+                           {"etcd=%s", offsetof(Args, etcd), 0},
+                           {"etcd_cacert=%s", offsetof(Args, etcd_cacert), 0},
+                           {"etcd_cert=%s", offsetof(Args, etcd_cert), 0},
+                           {"etcd_key=%s", offsetof(Args, etcd_key), 0},
+                           {"member=%s", offsetof(Args, member), 0},
+                           {"fence_hook=%s", offsetof(Args, fence_hook), 0},
+                           {"ack_timeout=%s", offsetof(Args, ack_timeout), 0},
+                           {"lease_ttl=%s", offsetof(Args, lease_ttl), 0},
+                           {"isolation=%s", offsetof(Args, isolation), 0},
                            {"nonempty", offsetof(Args, nonempty), 1},
                            {"takeover", offsetof(Args, takeover), 1},
                            FUSE_OPT_KEY("-h", KEY_HELP),
@@ -281,6 +318,54 @@ void parse_issuers(const std::string& spec, fence::Config* cfg) {
   }
 }
 
+std::chrono::milliseconds parse_secs(const char* s, const char* what) {
+  char* end = nullptr;
+  double v = strtod(s, &end);
+  if (!*s || *end || !(v >= 0) || v > 86400)
+    die(fmt::format("{}: not a number of seconds: '{}'", what, s));
+  return std::chrono::milliseconds(static_cast<int64_t>(v * 1000));
+}
+
+cluster::Options cluster_options(const Args& a, const std::string& backing, const std::string& mnt,
+                                 const std::string& state) {
+  cluster::Options o;
+  o.backing = backing;
+  o.name = a.cluster;
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  o.host = host;
+  o.mountpoint = mnt;
+  o.state_dir = state;
+  if (a.member) {
+    o.member = a.member;
+  } else {
+    o.member = o.host + ":" + mnt;
+    for (char& c : o.member)
+      if (!isalnum(static_cast<unsigned char>(c)) && !strchr("._:-", c)) c = '_';
+  }
+  if (!a.etcd) die("cluster= needs etcd=ENDPOINTS");
+  bool tls = a.etcd_cacert || a.etcd_cert;
+  // Commas separate mount options: endpoints are joined with '+' (an escaped '\,' works too).
+  std::string eps = a.etcd;
+  std::replace(eps.begin(), eps.end(), '+', ',');
+  o.etcd.endpoints = etcd::parse_endpoints(eps, tls);
+  if (a.etcd_cacert) o.etcd.cacert = a.etcd_cacert;
+  if (a.etcd_cert) o.etcd.cert = a.etcd_cert;
+  if (a.etcd_key) o.etcd.key = a.etcd_key;
+  if (a.fence_hook) {
+    char real[PATH_MAX];
+    if (!realpath(a.fence_hook, real) || access(real, X_OK) != 0)
+      die(fmt::format("fence_hook {}: not an executable file", a.fence_hook));
+    o.fence_hook = real;
+  }
+  if (a.ack_timeout) o.ack_timeout = parse_secs(a.ack_timeout, "ack_timeout");
+  if (a.lease_ttl) o.lease_ttl = parse_secs(a.lease_ttl, "lease_ttl");
+  if (a.isolation) o.isolation = parse_secs(a.isolation, "isolation");
+  std::string err = cluster::validate(&o);
+  if (!err.empty()) die(err);
+  return o;
+}
+
 std::string read_key(const std::string& file) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) die(fmt::format("token_key {}: {}", file, common::errstr(errno)));
@@ -340,6 +425,10 @@ int main(int argc, char* argv[]) {
     log::set_level(*l);
   }
   if (a.verbose) log::set_level(log::Level::Debug);
+  // Cluster mode: the backing is shared by several daemons by design, each with its own state.
+  const bool cluster_mode = a.cluster != nullptr;
+  if (!cluster_mode && (a.etcd || a.member || a.fence_hook || a.ack_timeout))
+    die("etcd=, member=, fence_hook= and ack_timeout= need cluster=NAME");
 
   fence::Config cfg;
   if (a.max_jump) cfg.max_jump = parse_u64(a.max_jump, "max_jump", 1, INT64_MAX);
@@ -395,6 +484,12 @@ int main(int argc, char* argv[]) {
   fopts.backing = backing;
   fopts.state_dir = state;
   fopts.mountpoint = mnt;
+  std::optional<cluster::Options> cluster_opts;
+  if (cluster_mode) {
+    cluster_opts = cluster_options(a, backing, mnt, state);
+    // Other members change BACKING behind this kernel's caches: none by default.
+    if (!a.timeout) fopts.timeout = 0;
+  }
 
   // Lost state over stamped files would silently reopen old epochs: refuse unless told.
   journal::FileLayer& files = journal::posix_file_layer();
@@ -409,13 +504,14 @@ int main(int argc, char* argv[]) {
       highest = std::max(highest, e);
       stamped++;
     }
-    if (stamped > 0 && !a.init)
+    // In cluster mode the epochs come from etcd at join; stamps above them are then a rollback.
+    if (stamped > 0 && !a.init && !cluster_mode)
       die(fmt::format(
           "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
           "the state was lost, moved or not restored. Restore it, point state= at "
           "it, or pass --init to start anew with every domain at epoch {}",
           state, stamped, backing, highest, highest));
-    init_floor = highest;
+    if (!cluster_mode) init_floor = highest;
   }
 
   // libfuse's own options, checked on a session that is thrown away.
@@ -448,7 +544,7 @@ int main(int argc, char* argv[]) {
     die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
   }
 
-  auto claim = daemon::Claim::take({backing, state, mnt, a.takeover != 0}, &error);
+  auto claim = daemon::Claim::take({backing, state, mnt, a.takeover != 0, cluster_mode}, &error);
   if (!claim) die(error);
   undo_stack().push_back([&claim] { claim->abandon(); });
   // The state is ours now: what this mount creates in it from here is removed if it fails.
@@ -507,6 +603,18 @@ int main(int argc, char* argv[]) {
   audit::Log audit_log(aopts);
   fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   fence::Fence fence(cfg, domains, *store, &audit_log, &highwater);
+  std::unique_ptr<cluster::Cluster> cluster;
+  if (cluster_mode) {
+    // etcd is the authority: join (register, read every domain and epoch, raise the local view)
+    // before anything is compared with the local view.
+    cluster = std::make_unique<cluster::Cluster>(
+        *cluster_opts, fence, open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    std::string why;
+    if (cluster->join(&why) != 0) die(why);
+    fence.set_authority(cluster.get());
+    // A failed start must not leave a registered member behind: advances would wait for it.
+    undo_stack().push_back([&cluster] { cluster->leave(); });
+  }
 
   // Many cached inodes each hold an O_PATH fd.
   rlimit rl;
@@ -602,6 +710,7 @@ int main(int argc, char* argv[]) {
   }
   daemon::start_signal_thread();
   highwater.start();
+  if (cluster) cluster->start();
   fs::drop_resource_override();  // before the workers start: they inherit it
   filesystem.pagecache.start(se);
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
@@ -621,6 +730,7 @@ int main(int argc, char* argv[]) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   daemon::remove_pidfile(pidfile);
   claim->release();

@@ -1,0 +1,945 @@
+#include "cluster/cluster.h"
+
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+
+extern char** environ;
+
+namespace fencefs::cluster {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using fence::Domain;
+using fence::Epoch;
+using Millis = std::chrono::milliseconds;
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_BOOTTIME, &ts);  // monotonic, and counts a suspended host's sleep
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+int64_t ns(Millis m) { return static_cast<int64_t>(m.count()) * 1000000; }
+
+std::string random_id() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
+}
+
+void raise_to(std::atomic<int64_t>& a, int64_t v) {
+  int64_t cur = a.load();
+  while (cur < v && !a.compare_exchange_weak(cur, v)) {
+  }
+}
+
+bool valid_name(const std::string& s) {
+  if (s.empty() || s.size() > 200) return false;
+  for (char c : s)
+    if (!isalnum(static_cast<unsigned char>(c)) && !strchr("._:-", c)) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string validate(Options* o) {
+  if (!valid_name(o->name)) return "cluster= must be 1-200 characters of [A-Za-z0-9._:-]";
+  if (!valid_name(o->member)) return "member= must be 1-200 characters of [A-Za-z0-9._:-]";
+  if (o->etcd.endpoints.empty()) return "cluster mode needs etcd=ENDPOINTS";
+  if (o->lease_ttl < Millis(2000)) return "lease_ttl must be at least 2 seconds";
+  if (o->isolation.count() == 0) o->isolation = o->lease_ttl / 2;
+  if (o->isolation >= o->lease_ttl)
+    return "isolation must be shorter than lease_ttl (a member must stop before its lease ends)";
+  if (o->ack_timeout < Millis(100)) return "ack_timeout must be at least 0.1 s";
+  return "";
+}
+
+Cluster::Cluster(Options opts, fence::Fence& fence, int backing_fd)
+    : o_(std::move(opts)),
+      fence_(fence),
+      backing_fd_(backing_fd),
+      prefix_("/fencefs/clusters/" + o_.name + "/") {
+  etcd::Options ops = o_.etcd;
+  ops.request_timeout = std::min<Millis>(ops.request_timeout, Millis(3000));
+  ops_ = std::make_unique<etcd::Client>(ops);
+  // A keepalive that hangs must not outlive the isolation bound it is meant to extend.
+  etcd::Options ka = o_.etcd;
+  ka.request_timeout = std::max<Millis>(o_.isolation / 4, Millis(200));
+  ka.connect_timeout = std::min(ka.connect_timeout, ka.request_timeout);
+  ka_ = std::make_unique<etcd::Client>(ka);
+  watch_ = std::make_unique<etcd::Client>(ops);
+}
+
+Cluster::~Cluster() {
+  stop_ = true;
+  stop_cv_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (watcher_.joinable()) watcher_.join();
+}
+
+std::string Cluster::encode(Value v) {
+  return v.pending ? fmt::format("{} pending", v.epoch) : std::to_string(v.epoch);
+}
+
+bool Cluster::decode(const std::string& s, Value* v) {
+  std::string_view t(s);
+  v->pending = false;
+  constexpr std::string_view kPending = " pending";
+  if (t.size() > kPending.size() && t.substr(t.size() - kPending.size()) == kPending) {
+    v->pending = true;
+    t.remove_suffix(kPending.size());
+  }
+  auto r = std::from_chars(t.data(), t.data() + t.size(), v->epoch);
+  return r.ec == std::errc() && r.ptr == t.data() + t.size();
+}
+
+void Cluster::audit(const char* op, const char* decision, const char* reason,
+                    const std::string& domain, Epoch before, Epoch after,
+                    const std::string& message) {
+  audit::Event e;
+  e.op = op;
+  e.decision = decision;
+  e.reason = reason;
+  e.domain = domain;
+  e.epoch_before = before;
+  e.epoch_after = after;
+  e.message = message;
+  fence_.audit(std::move(e), fence::Caller{getpid(), getuid(), getgid()});
+}
+
+// The cluster's identity: a random id created with the cluster and recorded by every member.
+// etcd without it (wiped, or restored from a snapshot older than the cluster) is refused.
+int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
+  std::string file = o_.state_dir + "/cluster";
+  std::string local;
+  {
+    std::ifstream in(file);
+    std::getline(in, local);
+  }
+  std::optional<etcd::KeyValue> kv;
+  etcd::Status s = c.get(prefix_ + "meta", &kv);
+  if (!s.ok()) {
+    *why = fmt::format("cluster {}: etcd: {}", o_.name, s.message);
+    return EIO;
+  }
+  std::string want = o_.name + " ";
+  if (!kv) {
+    if (!local.empty()) {
+      *why = fmt::format(
+          "cluster {}: etcd has no record of this cluster, but this member joined it before "
+          "({}): etcd was wiped or restored from a snapshot older than the cluster. Restore "
+          "etcd, or remove {} to found the cluster anew from this member's epochs",
+          o_.name, local, file);
+      return EIO;
+    }
+    etcd::TxnResult r;
+    etcd::Compare cmp{prefix_ + "meta", etcd::Compare::Target::kCreate,
+                      etcd::Compare::Result::kEqual};
+    s = c.txn({cmp}, {etcd::Op::Put(prefix_ + "meta", random_id())}, {}, &r);
+    if (s.ok()) s = c.get(prefix_ + "meta", &kv);
+    if (!s.ok() || !kv) {
+      *why = fmt::format("cluster {}: cannot create it in etcd: {}", o_.name, s.message);
+      return EIO;
+    }
+    log::info("cluster {}: {} the cluster (id {})", o_.name, r.succeeded ? "founded" : "joined",
+              kv->value);
+  }
+  std::string mine = want + kv->value;
+  if (local.empty()) {
+    std::string tmp = file + ".tmp";
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 &&
+              ::write(fd, (mine + "\n").data(), mine.size() + 1) ==
+                  static_cast<ssize_t>(mine.size() + 1) &&
+              ::fsync(fd) == 0;
+    if (fd >= 0) ::close(fd);
+    if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
+      *why = fmt::format("cluster {}: cannot record membership in {}: {}", o_.name, file,
+                         common::errstr(errno));
+      return EIO;
+    }
+    int dfd = ::open(o_.state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  } else if (local != mine) {
+    *why = fmt::format(
+        "cluster {}: this member's state belongs to '{}' but etcd holds '{}' (another cluster "
+        "of the same name, or a replaced etcd); refusing to mix them",
+        o_.name, local, mine);
+    return EIO;
+  }
+  (void)at_start;
+  return 0;
+}
+
+int Cluster::register_member(etcd::Client& c, std::string* why) {
+  int64_t lease = lease_.load();
+  if (!lease) {
+    int64_t ttl = 0;
+    etcd::Status s = c.lease_grant(std::max<int64_t>(1, o_.lease_ttl.count() / 1000), &lease, &ttl);
+    if (!s.ok()) {
+      *why = fmt::format("cluster {}: cannot get a lease from etcd: {}", o_.name, s.message);
+      return EIO;
+    }
+    lease_ = lease;
+  }
+  json info = {{"host", o_.host},
+               {"mountpoint", o_.mountpoint},
+               {"backing", o_.backing},
+               {"pid", getpid()},
+               {"lease", std::to_string(lease)}};
+  // Membership is durable: only a clean leave or a successful fence hook ends it, since a
+  // lapsed lease is no proof that the member stopped. The lease only says it is alive.
+  etcd::TxnResult r;
+  etcd::Status s = c.txn({},
+                         {etcd::Op::Put(prefix_ + "members/" + o_.member, info.dump()),
+                          etcd::Op::Put(prefix_ + "alive/" + o_.member, info.dump(), lease)},
+                         {}, &r);
+  if (s.ok() || s.message.find("lease not found") == std::string::npos) {
+    if (!s.ok()) {
+      *why = fmt::format("cluster {}: cannot register: {}", o_.name, s.message);
+      return EIO;
+    }
+    return 0;
+  }
+  lease_ = 0;  // expired between grant and put
+  *why = fmt::format("cluster {}: lease expired while registering", o_.name);
+  return EIO;
+}
+
+Domain* Cluster::declare_local(const std::string& path) {
+  if (Domain* d = fence_.domains().by_path(path)) return d;
+  if (path.size() < 2 || path[0] != '/' || path.find("/.") != std::string::npos) {
+    log::error("cluster {}: ignoring domain with a malformed path '{}'", o_.name, path);
+    return nullptr;
+  }
+  std::vector<fence::PlaceStep> place;
+  int fd = fence::resolve_place(backing_fd_, path, &place);
+  int err = fd < 0 ? -fd : 0;
+  if (fd >= 0) ::close(fd);
+  std::string why;
+  if (err) {
+    why = fmt::format("domain {} declared by the cluster has no directory here: {}", path,
+                      common::errstr(err));
+  } else if (fence_.add_domain(path, std::move(place), &why, false) == 0) {
+    audit("cluster_domain", "declared", "", path, 0, 0, "declared by another member: " + why);
+    return fence_.domains().by_path(path);
+  }
+  log::error("cluster {}: {}", o_.name, why);
+  audit("cluster_domain", "refused", "io", path, 0, 0, why);
+  return fence_.domains().by_path(path);
+}
+
+void Cluster::ack(etcd::Client& c, Domain& d) {
+  Epoch e = d.epoch.load();
+  auto it = acked_.find(d.path);
+  if (it != acked_.end() && it->second == e) return;
+  etcd::Status s = c.put(ack_prefix(d.path) + o_.member, std::to_string(e));
+  if (s.ok())
+    acked_[d.path] = e;
+  else
+    log::warn("cluster {}: cannot acknowledge epoch {} of {}: {}", o_.name, e, d.path, s.message);
+}
+
+// An acknowledgement that could not be put (etcd failing over) is owed until it is.
+void Cluster::retry_acks() {
+  std::unique_lock lk(follow_mu_, std::try_to_lock);
+  if (!lk.owns_lock()) return;  // an acknowledgement is being made: retried next tick
+  for (Domain* d : fence_.domains().all()) {
+    auto it = acked_.find(d->path);
+    if (it == acked_.end() || it->second != d->epoch.load()) ack(*ops_, *d);
+  }
+}
+
+void Cluster::clear_uncommitted(Domain& d, Epoch committed) {
+  Epoch u = d.uncommitted.load();
+  while (u && u <= committed && !d.uncommitted.compare_exchange_weak(u, 0)) {
+  }
+  std::lock_guard lk(commit_mu_);
+  commit_cv_.notify_all();
+}
+
+void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resync) {
+  Domain* d = declare_local(path);
+  if (!d) return;
+  std::lock_guard lk(follow_mu_);
+  // A pending record older than a commit already seen (a lagging watch) was committed since.
+  fence::Epoch& committed = committed_[path];
+  if (resync) committed = 0;
+  if (v.pending && v.epoch <= committed) v.pending = false;
+  if (!v.pending) committed = std::max(committed, v.epoch);
+  Epoch local = d->epoch.load();
+  if (v.epoch < local && resync) {
+    // The read may predate an advance this member applied meanwhile (inline, or on another
+    // thread): only a value read after the local view was raised, and still below it, is etcd
+    // going back. (The local view only ever rises after etcd held that epoch.)
+    std::optional<etcd::KeyValue> kv;
+    Value fresh;
+    if (!c.get(epoch_key(path), &kv).ok() ||
+        (kv && decode(kv->value, &fresh) && fresh.epoch >= local)) {
+      ack(c, *d);
+      return;
+    }
+  }
+  if (v.epoch < local) {
+    // Watch events can be older than what a resync already applied.
+    if (resync && rolled_back_[path] < local) {
+      rolled_back_[path] = local;
+      std::string msg = fmt::format(
+          "rollback detected: etcd says domain {} is at epoch {} but this member acknowledged "
+          "{} (etcd restored from an older snapshot?); advances to {} or below are refused "
+          "with EIO until one above it heals the domain",
+          path, v.epoch, local, local);
+      log::error("cluster {}: {}", o_.name, msg);
+      audit("cluster_resync", "detected", "rollback", path, local, v.epoch, msg);
+    }
+    ack(c, *d);
+    return;
+  }
+  if (auto it = rolled_back_.find(path); it != rolled_back_.end() && v.epoch > it->second) {
+    audit("cluster_resync", "info", "", path, it->second, v.epoch,
+          fmt::format("domain {} healed: etcd's epoch {} is above the rolled-back {}", path,
+                      v.epoch, it->second));
+    rolled_back_.erase(it);
+  }
+  if (v.epoch > local || (v.pending && v.epoch == local)) {
+    std::string why;
+    // (a) d's lock exclusively, (b) the data written under the old epoch durable on the
+    // backing, (c) the new epoch in this member's journal: then acknowledge.
+    int fd = backing_fd_;
+    int err = fence_.follow(
+        *d, v.epoch, v.pending, [fd] { return syncfs(fd) == 0 ? 0 : errno; }, &why);
+    if (err) {
+      log::error("cluster {}: {}", o_.name, why);
+      return;  // no acknowledgement: the advancer's hook decides
+    }
+  }
+  if (!v.pending) clear_uncommitted(*d, v.epoch);
+  ack(c, *d);
+}
+
+int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
+  if (int err = check_identity(c, false, why)) return err;
+  std::vector<etcd::KeyValue> kvs;
+  etcd::Status s = c.get_prefix(prefix_ + "epoch/", &kvs, revision);
+  if (!s.ok()) {
+    *why = fmt::format("cluster {}: cannot read the epochs: {}", o_.name, s.message);
+    return EIO;
+  }
+  raise_to(max_revision_, *revision);
+  std::set<std::string> seen;
+  for (auto& kv : kvs) {
+    std::string path = kv.key.substr(prefix_.size() + 5);
+    Value v;
+    if (!decode(kv.value, &v)) {
+      log::error("cluster {}: malformed epoch record {}='{}'", o_.name, kv.key, kv.value);
+      continue;
+    }
+    seen.insert(path);
+    apply(c, path, v, true);
+  }
+  // Domains this member knows and etcd does not (a new cluster, a domain declared here while
+  // etcd was away, or a restored etcd): declared at this member's epoch (epochs only rise).
+  for (Domain* d : fence_.domains().all()) {
+    if (seen.count(d->path)) continue;
+    std::string msg;
+    if (int err = declare(d->path, d->epoch.load(), &msg)) {
+      *why = msg;
+      return err;
+    }
+    std::lock_guard lk(follow_mu_);
+    ack(c, *d);
+  }
+  return 0;
+}
+
+int Cluster::join(std::string* why) {
+  if (int err = check_identity(*ops_, true, why)) return err;
+  if (int err = register_member(*ops_, why)) return err;
+  int64_t t0 = mono_ns();
+  int64_t rev = 0;
+  if (int err = resync(*ops_, &rev, why)) return err;
+  watch_from_ = rev + 1;
+  admit_until_ns_ = t0 + ns(o_.isolation);
+  isolated_ = false;
+  audit("cluster_join", "info", "", "", 0, 0,
+        fmt::format("member {} ({}:{}) joined cluster {}", o_.member, o_.host, o_.mountpoint,
+                    o_.name));
+  return 0;
+}
+
+void Cluster::start() {
+  // After daemonising the pid changed: the registration names the daemon a hook may stop.
+  std::string why;
+  if (register_member(*ops_, &why) != 0) log::warn("{}", why);
+  keepalive_ = std::thread([this] { keepalive_loop(); });
+  watcher_ = std::thread([this] { watch_loop(); });
+}
+
+void Cluster::leave() {
+  admit_until_ns_ = 0;
+  stop_ = true;
+  stop_cv_.notify_all();
+  if (keepalive_.joinable()) keepalive_.join();
+  if (watcher_.joinable()) watcher_.join();
+  // Acknowledgements first, in transactions below etcd's 128-operation limit; membership last.
+  etcd::Status s;
+  std::vector<etcd::Op> ops;
+  etcd::TxnResult r;
+  for (Domain* d : fence_.domains().all()) {
+    ops.push_back(etcd::Op::Delete(ack_prefix(d->path) + o_.member));
+    if (ops.size() == 100) {
+      if (s.ok()) s = ops_->txn({}, ops, {}, &r);
+      ops.clear();
+    }
+  }
+  ops.push_back(etcd::Op::Delete(prefix_ + "members/" + o_.member));
+  ops.push_back(etcd::Op::Delete(prefix_ + "alive/" + o_.member));
+  if (s.ok()) s = ops_->txn({}, ops, {}, &r);
+  if (int64_t l = lease_.exchange(0)) ops_->lease_revoke(l);
+  if (!s.ok())
+    log::warn("cluster {}: could not deregister (advances will fence this member): {}", o_.name,
+              s.message);
+  else
+    log::info("cluster {}: member {} left", o_.name, o_.member);
+}
+
+// Once per keepalive, one read: is this member still registered (a fence hook of another member
+// removes it), and did etcd's revision go back (restored from a snapshot)? The watch covers the
+// epochs only, so that an advance is not delivered to every member once per acknowledgement.
+void Cluster::check_standing() {
+  etcd::TxnResult r;
+  etcd::Status s = ka_->txn(
+      {}, {etcd::Op::Range(prefix_ + "meta"), etcd::Op::Range(prefix_ + "members/" + o_.member)},
+      {}, &r);
+  if (!s.ok() || r.ranges.size() != 2 || r.revision == 0) return;
+  if (r.ranges[1].empty() && !stop_) {
+    // Stop at once; the next tick registers anew and re-reads every epoch.
+    admit_until_ns_ = 0;
+    fenced_ = true;
+    set_isolated("fenced by another member (its fence hook reported this member cut off)");
+    return;
+  }
+  int64_t rev = r.revision;
+  int64_t seen = max_revision_.load();
+  if (rev >= seen) {
+    raise_to(max_revision_, rev);
+    return;
+  }
+  std::string msg = fmt::format(
+      "etcd's revision went back from {} to {} (restored from an older snapshot?): re-reading "
+      "every epoch",
+      seen, rev);
+  log::error("cluster {}: {}", o_.name, msg);
+  audit("cluster_resync", "detected", "rollback", "", 0, 0, msg);
+  max_revision_ = rev;
+  resync_due_ = true;
+}
+
+void Cluster::set_isolated(const std::string& why) {
+  if (isolated_.exchange(true)) return;
+  {
+    std::lock_guard lk(state_mu_);
+    isolated_why_ = why;
+  }
+  log::error("cluster {}: {}", o_.name, why);
+  audit("cluster_isolated", "detected", "io", "", 0, 0, why);
+}
+
+int Cluster::admissible(std::string* why) {
+  if (mono_ns() < admit_until_ns_.load(std::memory_order_acquire)) return 0;
+  std::lock_guard lk(state_mu_);
+  *why = fmt::format(
+      "cluster {}: member {} is isolated from etcd ({}); mutations are refused until it has "
+      "re-registered and re-read every epoch",
+      o_.name, o_.member,
+      isolated_why_.empty() ? "no keepalive confirmed within the isolation bound" : isolated_why_);
+  return EIO;
+}
+
+void Cluster::keepalive_loop() {
+  Millis interval = std::max<Millis>(o_.isolation / 4, Millis(100));
+  uint64_t ticks = 0;
+  while (!stop_) {
+    {
+      std::unique_lock lk(stop_mu_);
+      stop_cv_.wait_for(lk, interval, [this] { return stop_.load(); });
+    }
+    if (stop_) break;
+    int64_t t0 = mono_ns();
+    bool lapsed = t0 >= admit_until_ns_.load();
+    if (lapsed)
+      set_isolated(fmt::format("no keepalive confirmed by etcd for {} ms", o_.isolation.count()));
+    std::string why;
+    bool registered = false;
+    if (fenced_ || lease_.load() == 0) {
+      // Fenced by another member, or the lease lapsed: register anew, then read every epoch.
+      if (register_member(*ka_, &why) != 0) {
+        log::warn("{}", why);
+        continue;
+      }
+      registered = true;
+    } else {
+      int64_t ttl = 0;
+      etcd::Status s = ka_->lease_keepalive(lease_.load(), &ttl);
+      if (s.code == etcd::Status::kNotFound || (s.ok() && ttl <= 0)) {
+        lease_ = 0;
+        set_isolated("the member's etcd lease expired");
+        continue;
+      }
+      if (!s.ok()) continue;
+      if (!lapsed && !isolated_) {
+        admit_until_ns_ = t0 + ns(o_.isolation);
+        // Nothing here may wait for a domain's lock (a long write, an acknowledgement in
+        // progress): this thread is what keeps the member admitting.
+        retry_acks();
+        check_standing();
+        // Anti-entropy: a watch can miss events (etcd restored and written past the revision it
+        // waits for); every few ticks the watch thread reads every record again.
+        if (++ticks % 4 == 0) resync_due_ = true;
+        continue;
+      }
+    }
+    // Back in contact after an isolation: resume only once registered (a fence may have removed
+    // this member meanwhile: advances must wait for it again) and every epoch was re-read, in
+    // that order, as at join.
+    if (!registered && register_member(*ka_, &why) != 0) {
+      log::warn("{}", why);
+      continue;
+    }
+    int64_t rev = 0;
+    if (resync(*ops_, &rev, &why) != 0) {
+      set_isolated(why);
+      log::warn("{}", why);
+      continue;
+    }
+    fenced_ = false;
+    admit_until_ns_ = t0 + ns(o_.isolation);
+    isolated_ = false;
+    log::info("cluster {}: member {} re-registered and re-read every epoch; admitting again",
+              o_.name, o_.member);
+    audit("cluster_join", "info", "", "", 0, 0,
+          fmt::format("member {} re-registered and re-read every epoch", o_.member));
+  }
+}
+
+void Cluster::watch_loop() {
+  int64_t from = watch_from_.load();
+  const std::string epochs = prefix_ + "epoch/";
+  while (!stop_) {
+    if (resync_due_.exchange(false)) {
+      int64_t rev = 0;
+      std::string why;
+      if (resync(*watch_, &rev, &why) == 0) {
+        from = rev + 1;  // everything up to rev is applied
+      } else {
+        log::warn("{}", why);
+        resync_due_ = true;
+      }
+    }
+    etcd::Status s =
+        watch_->watch(epochs, true, from, Millis(2000), [&](const etcd::WatchEvent& ev) {
+          if (stop_) return false;
+          from = std::max(from, ev.kv.mod_revision + 1);
+          raise_to(max_revision_, ev.kv.mod_revision);
+          Value v;
+          if (ev.type == etcd::WatchEvent::Type::kPut && decode(ev.kv.value, &v))
+            apply(*ops_, ev.kv.key.substr(epochs.size() - 1), v, false);
+          return true;
+        });
+    if (stop_) break;
+    if (!s.ok()) {
+      // Events may be lost (compaction, etcd restarted or restored): read the current state.
+      log::warn("cluster {}: watch: {}", o_.name, s.message);
+      {
+        std::unique_lock lk(stop_mu_);
+        stop_cv_.wait_for(lk, Millis(200), [this] { return stop_.load(); });
+      }
+      resync_due_ = true;
+    }
+  }
+}
+
+int Cluster::declare(const std::string& path, Epoch epoch, std::string* why) {
+  etcd::TxnResult r;
+  etcd::Compare cmp{epoch_key(path), etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};
+  etcd::Status s =
+      ops_->txn({cmp}, {etcd::Op::Put(epoch_key(path), encode({epoch, false}))}, {}, &r);
+  if (!s.ok()) {
+    *why =
+        fmt::format("cluster {}: cannot declare domain {} in etcd: {}", o_.name, path, s.message);
+    return EIO;
+  }
+  if (r.succeeded) *why += "; declared for every member of cluster " + o_.name;
+  return 0;
+}
+
+int Cluster::run_hook(const std::string& member, const std::string& info, const Domain& d,
+                      Epoch token, std::string* why) {
+  json m = json::parse(info, nullptr, false);
+  std::string host = m.is_object() ? m.value("host", "") : "";
+  std::string mnt = m.is_object() ? m.value("mountpoint", "") : "";
+  std::string member_pid = m.is_object() && m.contains("pid") ? m["pid"].dump() : "";
+  std::vector<std::string> args{o_.fence_hook, member, host, mnt};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; e++)
+    if (strncmp(*e, "FENCEFS_", 8) != 0) env.emplace_back(*e);
+  env.push_back("FENCEFS_CLUSTER=" + o_.name);
+  env.push_back("FENCEFS_MEMBER=" + member);
+  env.push_back("FENCEFS_HOST=" + host);
+  env.push_back("FENCEFS_MOUNTPOINT=" + mnt);
+  env.push_back("FENCEFS_MEMBER_PID=" + member_pid);
+  env.push_back("FENCEFS_BACKING=" + (m.is_object() ? m.value("backing", "") : std::string()));
+  env.push_back("FENCEFS_DOMAIN=" + d.path);
+  env.push_back("FENCEFS_EPOCH=" + std::to_string(token));
+  env.push_back("FENCEFS_FENCER=" + o_.member);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int pfd[2];
+  if (pipe2(pfd, O_CLOEXEC) != 0) {
+    *why = fmt::format("fence hook: pipe: {}", common::errstr(errno));
+    return EIO;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setpgroup(&attr, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  pid_t pid = -1;
+  int err = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(pfd[1]);
+  if (err) {
+    ::close(pfd[0]);
+    *why =
+        fmt::format("fence hook {} could not be started: {}", o_.fence_hook, common::errstr(err));
+    return EIO;
+  }
+  std::string out;
+  auto deadline = Clock::now() + o_.hook_timeout;
+  bool timed_out = false;
+  for (;;) {
+    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd p{pfd[0], POLLIN, 0};
+    int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+    if (r < 0 && errno == EINTR) continue;
+    if (r > 0) {
+      char buf[4096];
+      ssize_t n = ::read(pfd[0], buf, sizeof buf);
+      if (n <= 0) break;  // every writer closed: the hook (and its children) are done with it
+      if (out.size() < 16384) out.append(buf, static_cast<size_t>(n));
+    }
+  }
+  ::close(pfd[0]);
+  int st = 0;
+  if (timed_out) {
+    kill(-pid, SIGKILL);
+    waitpid(pid, &st, 0);
+  } else {
+    // Output closed; the hook still gets the rest of its time to exit.
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+      if (Clock::now() >= deadline) {
+        timed_out = true;
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        break;
+      }
+      std::this_thread::sleep_for(Millis(10));
+    }
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  if (!out.empty()) log::info("cluster {}: fence hook for {}: {}", o_.name, member, out);
+  if (timed_out) {
+    *why = fmt::format("fence hook {} for member {} did not finish within {} s", o_.fence_hook,
+                       member, o_.hook_timeout.count() / 1000);
+    return EIO;
+  }
+  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    *why = fmt::format("fence hook {} for member {} failed ({}{})", o_.fence_hook, member,
+                       WIFEXITED(st) ? fmt::format("exit {}", WEXITSTATUS(st))
+                                     : fmt::format("signal {}", WTERMSIG(st)),
+                       out.empty() ? "" : ": " + out.substr(out.rfind('\n') + 1));
+    return EIO;
+  }
+  return 0;
+}
+
+int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) {
+  const bool acquire = token == 0;
+  if (int err = admissible(why)) return err;
+  {
+    std::lock_guard lk(follow_mu_);
+    auto it = rolled_back_.find(d.path);
+    if (it != rolled_back_.end() && token <= it->second) {
+      *why = fmt::format(
+          "cluster {}: etcd's epoch of domain {} went back below {} (restored from an older "
+          "snapshot?); only an advance above {} heals it",
+          o_.name, d.path, it->second, it->second);
+      return EIO;
+    }
+  }
+  etcd::Client& c = *ops_;
+  const std::string key = epoch_key(d.path);
+  auto unreachable = [&](const etcd::Status& s) {
+    *why = fmt::format("cluster {}: advance of {} to {}: etcd: {}; nothing is admitted under {}",
+                       o_.name, d.path, token, s.message, token);
+    return EIO;
+  };
+
+  // 1. The compare-and-set: the cluster's epoch only rises.
+  for (;;) {
+    std::optional<etcd::KeyValue> kv;
+    etcd::Status s = c.get(key, &kv);
+    if (!s.ok()) return unreachable(s);
+    etcd::TxnResult r;
+    if (kv) {
+      Value cur;
+      if (!decode(kv->value, &cur)) {
+        *why = fmt::format("cluster {}: malformed epoch record {}='{}'", o_.name, key, kv->value);
+        return EIO;
+      }
+      if (acquire) token = std::max(cur.epoch, d.epoch.load()) + 1;
+      if (cur.epoch > token || (cur.epoch == token && !cur.pending)) {
+        apply(c, d.path, cur, false);  // superseded or done: re-judge
+        return 0;
+      }
+      if (cur.epoch == token) break;  // pending: complete it
+      etcd::Compare cmp{key, etcd::Compare::Target::kMod, etcd::Compare::Result::kEqual,
+                        kv->mod_revision};
+      s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
+    } else {
+      if (acquire) token = d.epoch.load() + 1;
+      etcd::Compare cmp{key, etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};
+      s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
+    }
+    if (!s.ok()) return unreachable(s);
+    if (r.succeeded) break;
+  }
+  const std::string pending = encode({token, true});
+  if (acquired) *acquired = token;
+  // This member's own part, at once.
+  apply(c, d.path, {token, true}, false);
+  if (d.epoch.load() < token) {
+    *why = fmt::format(
+        "cluster {}: advance of {} to {}: this member could not make it durable (see the log); "
+        "nothing is admitted under {}",
+        o_.name, d.path, token, token);
+    return EIO;
+  }
+
+  // 2. Every member acknowledges: nothing below `token` runs anywhere, its data is durable.
+  auto deadline = Clock::now() + o_.ack_timeout;
+  std::map<std::string, std::string> missing;  // member -> its registration
+  for (;;) {
+    std::optional<etcd::KeyValue> kv;
+    etcd::Status s = c.get(key, &kv);
+    if (!s.ok()) return unreachable(s);
+    Value cur;
+    if (kv && decode(kv->value, &cur) && (cur.epoch > token || !cur.pending)) {
+      apply(c, d.path, cur, false);  // completed elsewhere, or superseded
+      return 0;
+    }
+    std::vector<etcd::KeyValue> members, acks;
+    int64_t rev = 0;
+    s = c.get_prefix(prefix_ + "members/", &members);
+    if (s.ok()) s = c.get_prefix(ack_prefix(d.path), &acks, &rev);
+    if (!s.ok()) return unreachable(s);
+    std::map<std::string, Epoch> acked;
+    for (auto& a : acks) {
+      Epoch e = 0;
+      std::from_chars(a.value.data(), a.value.data() + a.value.size(), e);
+      acked[a.key.substr(ack_prefix(d.path).size())] = e;
+    }
+    missing.clear();
+    for (auto& m : members) {
+      std::string id = m.key.substr(prefix_.size() + 8);
+      if (acked[id] < token) missing[id] = m.value;
+    }
+    if (missing.empty()) break;
+    auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    if (left.count() <= 0) break;
+    c.watch(ack_prefix(d.path), true, rev + 1, std::min(left, Millis(250)),
+            [](const etcd::WatchEvent&) { return false; });
+  }
+
+  // 3. A member that did not acknowledge is not assumed dead: the operator's hook must cut it off.
+  for (auto& [id, info] : missing) {
+    std::string who = fmt::format("member {} ({})", id, info);
+    if (o_.fence_hook.empty()) {
+      *why = fmt::format(
+          "cluster {}: advance of {} to {} failed: {} did not acknowledge within {} ms and no "
+          "fence_hook is configured; nothing is admitted under {} until every member "
+          "acknowledges or is fenced (then retry the advance)",
+          o_.name, d.path, token, who, o_.ack_timeout.count(), token);
+      log::error("{}", *why);
+      audit("cluster_advance", "refused", "io", d.path, 0, token, *why);
+      return EIO;
+    }
+    std::string hwhy;
+    if (run_hook(id, info, d, token, &hwhy) != 0) {
+      *why = fmt::format(
+          "cluster {}: advance of {} to {} failed: {} did not acknowledge within {} ms and {}; "
+          "nothing is admitted under {}",
+          o_.name, d.path, token, who, o_.ack_timeout.count(), hwhy, token);
+      log::error("{}", *why);
+      audit("cluster_fence", "refused", "io", d.path, 0, token, *why);
+      return EIO;
+    }
+    etcd::TxnResult r;
+    etcd::Status s = c.txn(
+        {},
+        {etcd::Op::Delete(prefix_ + "members/" + id), etcd::Op::Delete(prefix_ + "alive/" + id)},
+        {}, &r);
+    if (!s.ok()) return unreachable(s);
+    std::string msg = fmt::format(
+        "{} did not acknowledge epoch {} of {}; fence hook succeeded, "
+        "member removed from the cluster",
+        who, token, d.path);
+    log::warn("cluster {}: {}", o_.name, msg);
+    audit("cluster_fence", "fenced", "", d.path, 0, token, msg);
+  }
+
+  // 4. Commit: the new epoch may now be used on every member.
+  etcd::TxnResult r;
+  etcd::Compare cmp{key, etcd::Compare::Target::kValue, etcd::Compare::Result::kEqual, 0, pending};
+  etcd::Status s =
+      c.txn({cmp}, {etcd::Op::Put(key, encode({token, false}))}, {etcd::Op::Range(key)}, &r);
+  if (!s.ok()) return unreachable(s);
+  if (r.succeeded) {
+    apply(c, d.path, {token, false}, false);
+  } else if (!r.ranges.empty() && !r.ranges[0].empty()) {
+    Value cur;
+    if (decode(r.ranges[0][0].value, &cur)) apply(c, d.path, cur, false);
+  }
+  return 0;
+}
+
+int Cluster::await_commit(Domain& d, Epoch token, std::string* why) {
+  auto deadline = Clock::now() + o_.ack_timeout + Millis(2000);
+  for (;;) {
+    Epoch u = d.uncommitted.load();
+    if (u == 0 || token < u) return 0;
+    {
+      std::unique_lock lk(commit_mu_);
+      commit_cv_.wait_for(lk, Millis(200));
+    }
+    u = d.uncommitted.load();
+    if (u == 0 || token < u) return 0;
+    std::optional<etcd::KeyValue> kv;
+    Value cur;
+    if (ops_->get(epoch_key(d.path), &kv).ok() && kv && decode(kv->value, &cur) && !cur.pending &&
+        cur.epoch >= u) {
+      clear_uncommitted(d, cur.epoch);
+      continue;
+    }
+    if (int err = admissible(why)) return err;
+    if (Clock::now() >= deadline) {
+      *why = fmt::format(
+          "cluster {}: epoch {} of domain {} is not acknowledged by every member yet (an "
+          "advance is waiting for them, or failed: see the advancing member's log)",
+          o_.name, u, d.path);
+      return EIO;
+    }
+  }
+}
+
+std::string Cluster::status_json() {
+  json out;
+  out["name"] = o_.name;
+  out["member"] = o_.member;
+  out["etcd"] = o_.etcd.endpoints;
+  std::string why;
+  bool admitting = admissible(&why) == 0;
+  out["standing"] = admitting ? "admitting" : "isolated";
+  if (!admitting) out["isolated_why"] = why;
+  out["ack_timeout_ms"] = o_.ack_timeout.count();
+  out["isolation_ms"] = o_.isolation.count();
+  out["fence_hook"] = o_.fence_hook;
+  {
+    std::lock_guard lk(follow_mu_);
+    json rb = json::object();
+    for (auto& [p, e] : rolled_back_) rb[p] = e;
+    out["rolled_back"] = rb;
+  }
+  std::vector<etcd::KeyValue> kvs;
+  // Short timeout: reading the status file must not hang while etcd is away.
+  etcd::Status s = ka_->get_prefix(prefix_, &kvs);
+  out["etcd_reachable"] = s.ok();
+  json members = json::array();
+  json domains = json::array();
+  if (s.ok()) {
+    std::map<std::string, json> by_id;
+    std::set<std::string> alive;
+    std::map<std::string, std::map<std::string, Epoch>> acks;  // member -> domain -> epoch
+    for (auto& kv : kvs) {
+      std::string k = kv.key.substr(prefix_.size());
+      if (k.rfind("members/", 0) == 0) {
+        json m = json::parse(kv.value, nullptr, false);
+        by_id[k.substr(8)] = m.is_object() ? m : json::object();
+      } else if (k.rfind("alive/", 0) == 0) {
+        alive.insert(k.substr(6));
+      } else if (k.rfind("ack", 0) == 0) {
+        size_t at = k.rfind("/@");
+        if (at == std::string::npos) continue;
+        Epoch e = 0;
+        std::from_chars(kv.value.data(), kv.value.data() + kv.value.size(), e);
+        acks[k.substr(at + 2)][k.substr(3, at - 3)] = e;
+      } else if (k.rfind("epoch/", 0) == 0) {
+        Value v;
+        if (!decode(kv.value, &v)) continue;
+        domains.push_back({{"path", k.substr(5)}, {"epoch", v.epoch}, {"pending", v.pending}});
+      }
+    }
+    for (auto& [id, m] : by_id) {
+      json acked = json::object();
+      for (auto& [p, e] : acks[id]) acked[p] = e;
+      members.push_back({{"id", id},
+                         {"host", m.value("host", "")},
+                         {"mountpoint", m.value("mountpoint", "")},
+                         {"pid", m.value("pid", 0)},
+                         {"standing", alive.count(id) ? "live" : "unresponsive"},
+                         {"acked", acked}});
+    }
+  }
+  out["members"] = members;
+  out["domains"] = domains;
+  return out.dump();
+}
+
+}  // namespace fencefs::cluster

@@ -1,0 +1,715 @@
+// Cluster mode on a real etcd: several fencefs daemons mount ONE backing directory at different
+// mountpoints, each with its own state directory, as hosts sharing storage would.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cinttypes>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "integration/etcd_fixture.h"
+#include "integration/mount_fixture.h"
+
+using namespace fencefs::testing;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kLocalHook =
+    std::string(FENCEFS_SOURCE_DIR) + "/contrib/fence-hooks/fence_local_kill";
+
+std::mutex g_mu;
+std::set<std::string>& live() {
+  static std::set<std::string> s;
+  return s;
+}
+void sweep() {
+  std::lock_guard lk(g_mu);
+  for (auto& m : live()) sh("fusermount3 -u -z '" + m + "' >/dev/null 2>&1");
+}
+
+bool mounted(const std::string& mnt) {
+  std::ifstream in("/proc/mounts");
+  std::string dev, dir, rest;
+  while (in >> dev >> dir) {
+    std::getline(in, rest);
+    if (dir == mnt) return true;
+  }
+  return false;
+}
+
+// One member: a fencefs daemon over the shared backing, with its own mountpoint and state.
+class Node {
+ public:
+  Node(const std::string& root, const std::string& backing, std::string id, std::string opts)
+      : id_(std::move(id)), backing_(backing), opts_(std::move(opts)) {
+    static bool once = [] {
+      std::atexit(sweep);
+      return true;
+    }();
+    (void)once;
+    mnt_ = root + "/" + id_;
+    state_ = root + "/" + id_ + ".state";
+    log_ = root + "/" + id_ + ".log";
+    mkdir(mnt_.c_str(), 0755);
+  }
+  ~Node() {
+    if (pid_ > 0) kill(pid_, SIGCONT);
+    stop();
+  }
+
+  // -1000 once mounted, else the daemon's exit status.
+  int start() {
+    if (mounted(mnt_)) sh("fusermount3 -u -z '" + mnt_ + "'");  // the host "rebooted"
+    pid_t pid = fork();
+    if (pid == 0) {
+      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      std::string o = "state=" + state_ + ",member=" + id_ + "," + opts_;
+      execl(FENCEFS_BIN, FENCEFS_BIN, "-f", "-o", o.c_str(), backing_.c_str(), mnt_.c_str(),
+            nullptr);
+      _exit(127);
+    }
+    pid_ = pid;
+    auto deadline = Clock::now() + 20s;
+    while (Clock::now() < deadline) {
+      if (mounted(mnt_)) {
+        std::lock_guard lk(g_mu);
+        live().insert(mnt_);
+        return -1000;
+      }
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid_ = -1;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+  void stop() {
+    if (mounted(mnt_))
+      sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
+    reap(20s);
+    std::lock_guard lk(g_mu);
+    live().erase(mnt_);
+  }
+  // A crash: the daemon dies, its mount stays behind (dead) until a fence or a restart.
+  void kill9() {
+    if (pid_ > 0) kill(pid_, SIGKILL);
+    reap(20s);
+  }
+  // Waits for the daemon to exit; its status or -1.
+  int reap(std::chrono::milliseconds limit) {
+    if (pid_ <= 0) return status_;
+    auto deadline = Clock::now() + limit;
+    int st;
+    while (Clock::now() < deadline) {
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        pid_ = -1;
+        status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        return status_;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return status_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& mnt() const { return mnt_; }
+  std::string path(const std::string& rel) const { return mnt_ + "/" + rel; }
+  std::string log() const { return slurp(log_); }
+  std::string status() const { return slurp(mnt_ + "/.fencefs/status"); }
+  int ctl(const std::string& line) const {
+    int fd = ::open((mnt_ + "/.fencefs/ctl").c_str(), O_WRONLY | O_TRUNC);
+    if (fd < 0) return errno;
+    ssize_t n = ::write(fd, line.data(), line.size());
+    int err = n < 0 ? errno : 0;
+    ::close(fd);
+    return err;
+  }
+  uint64_t epoch() const {
+    std::string e = xattr(mnt_, "user.fencefs.epoch");
+    return e.rfind("ERR:", 0) == 0 ? 0 : std::stoull(e);
+  }
+
+ private:
+  std::string id_, backing_, opts_, mnt_, state_, log_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/fencefs-cluster-XXXXXX";
+    root_ = mkdtemp(tmpl);
+    chmod(root_.c_str(), 0755);
+    backing_ = root_ + "/backing";
+    mkdir(backing_.c_str(), 0755);
+  }
+  void TearDown() override {
+    nodes_.clear();  // members leave while etcd is still there
+    etcd_.reset();
+    if (!getenv("FENCEFS_KEEP_TEST_DIRS")) sh("rm -rf '" + root_ + "'");
+  }
+  Node& node(const std::string& id, std::string etcd, const std::string& extra = "") {
+    std::replace(etcd.begin(), etcd.end(), ',', '+');  // commas separate mount options
+    nodes_.push_back(std::make_unique<Node>(
+        root_, backing_, id, "cluster=c1,etcd=" + etcd + (extra.empty() ? "" : "," + extra)));
+    Node& n = *nodes_.back();
+    int st = n.start();
+    EXPECT_EQ(st, -1000) << n.log();
+    return n;
+  }
+  std::string bpath(const std::string& rel) const { return backing_ + "/" + rel; }
+
+  Etcd& etcd(int members) {
+    etcd_ = std::make_unique<Etcd>(members);
+    return *etcd_;
+  }
+
+  std::string root_, backing_;
+  std::unique_ptr<Etcd> etcd_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// Forks a job bound to `token` for "/" through node n; returns its pid (fn's result is the exit
+// status).
+pid_t spawn_job(const Node& n, uint64_t token, const std::function<int()>& fn) {
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (token && n.ctl("bind / " + std::to_string(token)) != 0) _exit(200);
+    _exit(fn());
+  }
+  return pid;
+}
+
+int wait_status(pid_t pid) {
+  int st;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+int append(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return errno;
+  int err = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) ? 0 : errno;
+  ::close(fd);
+  return err;
+}
+
+// A job that appends `line` to path every few ms until a write fails; exits with that errno.
+int append_until_error(const std::string& path, const std::string& line) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return errno;
+  for (;;) {
+    if (::write(fd, line.data(), line.size()) < 0) return errno;
+    usleep(2000);
+  }
+}
+
+bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit = 10s) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return f();
+}
+
+pid_t etcd_pid(const Etcd& e, int i) {
+  std::string out = sh_out("pgrep -f -- '--listen-client-urls " + e.endpoint(i) + "( |$)'");
+  return out.empty() ? -1 : std::stoi(out);
+}
+
+// Only lines of the form "A\n" (member 1's job) and, if given, B's lines at the end.
+bool only_a_then(const std::string& data, const std::string& tail) {
+  if (data.size() < tail.size() || data.compare(data.size() - tail.size(), tail.size(), tail))
+    return false;
+  std::string head = data.substr(0, data.size() - tail.size());
+  for (size_t i = 0; i < head.size(); i += 2)
+    if (head.compare(i, 2, "A\n") != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+// Job A (mount 1, token 5) writes and is paused; job B (mount 2) advances to 6 and writes; A
+// resumes: refused, and the file holds B's data only.
+TEST_F(ClusterTest, PausedHolderAcrossMounts) {
+  Etcd& etcd = this->etcd(3);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  EXPECT_EQ(n2.epoch(), 5u);  // the advance through mount 1 completed on mount 2 too
+
+  pid_t a = spawn_job(n1, 5, [&] {
+    int fd = ::open(n1.path("report").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::write(fd, "A: part 1\n", 10) != 10) return 101;
+    raise(SIGSTOP);
+    return ::write(fd, "A: part 2\n", 10) < 0 ? errno : 0;
+  });
+  int st;
+  ASSERT_EQ(waitpid(a, &st, WUNTRACED), a);
+  ASSERT_TRUE(WIFSTOPPED(st));
+
+  pid_t b = spawn_job(n2, 6, [&] {
+    int fd = ::open(n2.path("report").c_str(), O_WRONLY | O_TRUNC);
+    if (fd < 0) return errno;
+    return ::write(fd, "B: fresh\n", 9) == 9 ? 0 : errno;
+  });
+  EXPECT_EQ(wait_status(b), 0);
+  EXPECT_EQ(n1.epoch(), 6u);
+
+  kill(a, SIGCONT);
+  EXPECT_EQ(wait_status(a), ESTALE);
+  EXPECT_EQ(slurp(bpath("report")), "B: fresh\n");
+}
+
+// Member 1's daemon is frozen while its job writes; an advance through mount 2 runs the hook,
+// which kills member 1 and detaches its mount, and then completes.
+TEST_F(ClusterTest, PausedMemberIsFencedByTheHook) {
+  Etcd& etcd = this->etcd(3);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=1");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=1,fence_hook=" + kLocalHook);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  pid_t a = spawn_job(n1, 5, [&] { return append_until_error(n1.path("log"), "A\n"); });
+  std::this_thread::sleep_for(200ms);
+  pid_t member1 = n1.pid();
+  kill(member1, SIGSTOP);
+  std::this_thread::sleep_for(100ms);  // A is now inside a write the frozen daemon holds
+
+  EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
+  EXPECT_EQ(n1.reap(5s), 128 + SIGKILL);  // the hook killed it
+  EXPECT_FALSE(mounted(n1.mnt()));        // and detached its mount
+  EXPECT_NE(wait_status(a), 0);           // A's write never completed
+  EXPECT_NE(n2.log().find("fence_local_kill: member m1"), std::string::npos) << n2.log();
+
+  pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), 0);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_TRUE(only_a_then(slurp(bpath("log")), "B\n")) << slurp(bpath("log"));
+  std::string status = n2.status();
+  EXPECT_EQ(status.find("\"id\":\"m1\""), std::string::npos) << status;  // fenced: not a member
+}
+
+// The same without a hook: the advance fails, nothing is admitted under 6, and member 1's writes
+// land only under epoch 5. Once member 1 is back and acknowledges, a retry completes.
+TEST_F(ClusterTest, PausedMemberWithoutHookFailsTheAdvance) {
+  Etcd& etcd = this->etcd(3);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=1");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=1");
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  pid_t a = spawn_job(n1, 5, [&] { return append_until_error(n1.path("log"), "A\n"); });
+  std::this_thread::sleep_for(200ms);
+  kill(n1.pid(), SIGSTOP);
+  std::this_thread::sleep_for(100ms);
+
+  EXPECT_EQ(n2.ctl("advance / 6"), EIO);
+  EXPECT_NE(n2.log().find("no fence_hook is configured"), std::string::npos) << n2.log();
+  pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), EIO);  // not admitted under the new epoch
+  EXPECT_TRUE(only_a_then(slurp(bpath("log")), "")) << slurp(bpath("log"));
+
+  kill(n1.pid(), SIGCONT);
+  // Member 1 finishes its in-flight write (under 5), then follows the pending epoch: refused.
+  EXPECT_EQ(wait_status(a), ESTALE);
+  EXPECT_TRUE(only_a_then(slurp(bpath("log")), "")) << slurp(bpath("log"));
+
+  EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();  // every member acknowledged now
+  b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), 0);
+  {
+    std::string d = slurp(bpath("log"));
+    EXPECT_TRUE(only_a_then(d, "B\n")) << d.size() << " bytes, ends " << d.substr(d.size() - 10);
+  }
+  std::string status = n1.status();
+  EXPECT_NE(status.find("\"acked\":{\"/\":6}"), std::string::npos) << status;
+}
+
+// A member whose etcd endpoint is frozen stops admitting within its isolation bound (EIO), reads
+// keep working, and it admits again once it re-registered and re-read every epoch.
+TEST_F(ClusterTest, MemberCutOffFromEtcdStopsAdmitting) {
+  Etcd& etcd = this->etcd(3);
+  // Member 1 talks to etcd member 1 only; member 2 to all of them.
+  Node& n1 = node("m1", etcd.endpoint(1), "lease_ttl=2,isolation=1");
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n2.ctl("advance / 5"), 0);
+  pid_t seed = spawn_job(n1, 5, [&] { return append(n1.path("data"), "x\n"); });
+  ASSERT_EQ(wait_status(seed), 0);
+
+  int pfd[2];
+  ASSERT_EQ(pipe(pfd), 0);
+  pid_t job = spawn_job(n1, 5, [&] {
+    // Appends until refused, then reports how long after the freeze (signalled by a byte).
+    char c;
+    if (read(pfd[0], &c, 1) != 1) return 102;
+    auto t0 = Clock::now();
+    while (Clock::now() - t0 < 10s) {
+      int err = append(n1.path("data"), "x\n");
+      if (err) {
+        int ms = static_cast<int>(
+            std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+        if (write(pfd[1], &ms, sizeof ms) != sizeof ms) return 103;
+        return err;
+      }
+      usleep(10000);
+    }
+    return 0;
+  });
+  pid_t frozen = etcd_pid(etcd, 1);
+  ASSERT_GT(frozen, 0);
+  kill(frozen, SIGSTOP);
+  ASSERT_EQ(write(pfd[1], "g", 1), 1);
+  EXPECT_EQ(wait_status(job), EIO);
+  int ms = -1;
+  ASSERT_EQ(read(pfd[0], &ms, sizeof ms), static_cast<ssize_t>(sizeof ms));
+  // isolation=1 s, checked on every admission: refused within the bound plus scheduling slack.
+  EXPECT_LE(ms, 2000) << "admitted for " << ms << " ms after etcd froze";
+  EXPECT_EQ(slurp(n1.path("data")).substr(0, 2), "x\n");  // reads keep working
+  std::string status = n1.status();
+  EXPECT_NE(status.find("\"standing\":\"isolated\""), std::string::npos) << status;
+  std::string audit_log = root_ + "/m1.state/audit.log";
+  EXPECT_NE(slurp(audit_log).find("is isolated from etcd"), std::string::npos);  // the refusal
+  EXPECT_TRUE(eventually([&] {  // and the transition, noted by the keepalive thread
+    return slurp(audit_log).find("\"op\":\"cluster_isolated\"") != std::string::npos;
+  }));
+
+  kill(frozen, SIGCONT);
+  bool back = false;
+  for (int i = 0; i < 100 && !back; i++) {
+    pid_t j = spawn_job(n1, 5, [&] { return append(n1.path("data"), "y\n"); });
+    back = wait_status(j) == 0;
+    if (!back) std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(back) << n1.log();
+  EXPECT_NE(n1.log().find("re-registered and re-read every epoch"), std::string::npos);
+  close(pfd[0]);
+  close(pfd[1]);
+}
+
+// Thousands of advances and writes across 3 mounts while members and the etcd leader are killed
+// with SIGKILL, checked in the manner of a Jepsen history: every operation is logged with its
+// epoch and its start and end on the (machine-wide) monotonic clock. No write admitted under
+// epoch N may start after an advance to a higher epoch was acknowledged, and no acknowledged
+// epoch may be lost.
+TEST_F(ClusterTest, HistoryUnderKillsHasNoStaleWriteAfterAnAdvance) {
+  Etcd& etcd = this->etcd(3);
+  std::string opts = "ack_timeout=2,lease_ttl=2,fence_hook=" + kLocalHook;
+  Node& n1 = node("m1", etcd.endpoints(), opts);
+  Node& n2 = node("m2", etcd.endpoints(), opts);
+  Node& n3 = node("m3", etcd.endpoints(), opts);
+  ASSERT_EQ(n1.ctl("advance / 1"), 0);
+  // Until 1000 acknowledged advances (or 50 s on a slow machine); the chaos runs in the first 20 s.
+  const auto start = Clock::now();
+  const auto stop = start + 50s;
+  const std::string done = root_ + "/done";
+  auto mono = [] { return Clock::now().time_since_epoch().count(); };
+
+  std::vector<pid_t> workers;
+  std::vector<std::string> logs;
+  // Writers: bind to the epoch their mount shows, write a record to their own file.
+  for (Node* n : {&n1, &n2, &n3}) {
+    for (int w = 0; w < 2; w++) {
+      std::string name = n->mnt().substr(n->mnt().rfind('/') + 1) + "." + std::to_string(w);
+      std::string oplog = root_ + "/ops." + name;
+      logs.push_back(oplog);
+      workers.push_back(spawn_job(*n, 0, [n, name, oplog, stop, mono, done] {
+        FILE* out = fopen(oplog.c_str(), "w");
+        int seq = 0;
+        while (Clock::now() < stop && access(done.c_str(), F_OK) != 0) {
+          uint64_t e = n->epoch();
+          if (e == 0 || n->ctl("bind / " + std::to_string(e)) != 0) {
+            usleep(5000);
+            continue;
+          }
+          auto t0 = mono();
+          int err = append(n->path("w." + name), fmt::format("{} {}\n", e, seq++));
+          auto t1 = mono();
+          fprintf(out, "W %" PRIu64 " %lld %lld %d\n", e, static_cast<long long>(t0),
+                  static_cast<long long>(t1), err);
+          usleep(2000);  // leave the 2 CPUs some room for the advances
+        }
+        fclose(out);
+        return 0;
+      }));
+    }
+  }
+  // The advancer, through mounts 1 and 2 in turn.
+  std::string alog = root_ + "/ops.advancer";
+  logs.push_back(alog);
+  workers.push_back(spawn_job(n1, 0, [&, stop, mono] {
+    FILE* out = fopen(alog.c_str(), "w");
+    int acked = 0;
+    for (int i = 0; Clock::now() < stop && (acked < 1000 || Clock::now() < start + 22s); i++) {
+      Node* n = i % 2 ? &n2 : &n1;
+      uint64_t next = n->epoch() + 1;
+      if (next == 1) {
+        usleep(5000);
+        continue;
+      }
+      auto t0 = mono();
+      int err = n->ctl("advance / " + std::to_string(next));
+      auto t1 = mono();
+      fprintf(out, "A %" PRIu64 " %lld %lld %d\n", next, static_cast<long long>(t0),
+              static_cast<long long>(t1), err);
+      if (!err) acked++;
+    }
+    fclose(out);
+    spit(done, "");
+    return 0;
+  }));
+
+  // Chaos: a member crashes and comes back, twice; the etcd leader crashes and comes back.
+  auto at = [&](std::chrono::seconds s) { std::this_thread::sleep_until(start + s); };
+  at(4s);
+  n3.kill9();
+  at(8s);
+  EXPECT_EQ(n3.start(), -1000) << n3.log();
+  at(11s);
+  int leader = etcd.leader();
+  ASSERT_GE(leader, 0);
+  etcd.kill(leader);
+  at(14s);
+  EXPECT_TRUE(etcd.start(leader));
+  at(17s);
+  n3.kill9();
+  at(20s);
+  EXPECT_EQ(n3.start(), -1000) << n3.log();
+  for (pid_t p : workers) EXPECT_EQ(wait_status(p), 0);
+
+  // The checker.
+  struct Rec {
+    char kind;
+    uint64_t epoch;
+    long long t0, t1;
+    int err;
+  };
+  std::vector<Rec> acks, writes;
+  for (auto& l : logs) {
+    std::istringstream in(slurp(l));
+    Rec r;
+    while (in >> r.kind >> r.epoch >> r.t0 >> r.t1 >> r.err) {
+      if (r.err) continue;
+      (r.kind == 'A' ? acks : writes).push_back(r);
+    }
+  }
+  std::sort(acks.begin(), acks.end(), [](const Rec& a, const Rec& b) { return a.t1 < b.t1; });
+  std::vector<uint64_t> max_acked(acks.size());  // highest epoch acknowledged by acks[i].t1
+  for (size_t i = 0; i < acks.size(); i++)
+    max_acked[i] = std::max(i ? max_acked[i - 1] : 0, acks[i].epoch);
+  int violations = 0;
+  std::string first;
+  for (auto& w : writes) {
+    auto it = std::upper_bound(acks.begin(), acks.end(), w.t0,
+                               [](long long t, const Rec& a) { return t < a.t1; });
+    if (it == acks.begin()) continue;
+    uint64_t acked = max_acked[static_cast<size_t>(it - acks.begin()) - 1];
+    if (w.epoch < acked && !violations++)
+      first = fmt::format("write under {} started after epoch {} was acknowledged", w.epoch, acked);
+  }
+  EXPECT_EQ(violations, 0) << first;
+  uint64_t highest = acks.empty() ? 0 : max_acked.back();
+  std::cout << "[ history  ] " << acks.size() << " acknowledged advances, " << writes.size()
+            << " accepted writes, highest epoch " << highest << "\n";
+  EXPECT_GE(acks.size() + writes.size(), 2000u);
+  EXPECT_GE(acks.size(), 200u);
+  // No acknowledged epoch lost: etcd and every member are at least at the last one.
+  int st = 0;
+  std::string held = etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/", &st);
+  ASSERT_EQ(st, 0);
+  EXPECT_GE(std::stoull(held), highest) << held;
+  // Members a hook fenced (a kill here) are gone; every member still mounted holds it.
+  for (Node* n : {&n1, &n2, &n3})
+    if (mounted(n->mnt())) {
+      EXPECT_GE(n->epoch(), highest) << n->mnt();
+    }
+}
+
+// A domain declared on one member exists on all; epochs and declarations survive the loss of an
+// etcd member and a restart of every daemon.
+TEST_F(ClusterTest, DomainsReachEveryMemberAndSurviveRestarts) {
+  Etcd& etcd = this->etcd(3);
+  ASSERT_EQ(mkdir(bpath("proj").c_str(), 0755), 0);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("domain add /proj"), 0);
+  EXPECT_TRUE(eventually([&] { return xattr(n2.path("proj"), "user.fencefs.domain") == "/proj"; }))
+      << n2.log();
+  ASSERT_EQ(n2.ctl("advance /proj 4"), 0) << n2.log();
+  EXPECT_EQ(xattr(n1.path("proj"), "user.fencefs.epoch"), "4");
+  EXPECT_EQ(n1.epoch(), 0u);  // the root domain is unaffected
+
+  n1.stop();
+  n2.stop();
+  etcd.kill(0);  // a minority of etcd
+  ASSERT_EQ(n2.start(), -1000) << n2.log();
+  ASSERT_EQ(n1.start(), -1000) << n1.log();
+  EXPECT_EQ(xattr(n1.path("proj"), "user.fencefs.epoch"), "4");
+  EXPECT_EQ(xattr(n2.path("proj"), "user.fencefs.epoch"), "4");
+  pid_t j = spawn_job(n1, 0, [&] {
+    if (n1.ctl("bind /proj 3") != 0) return 201;
+    return append(n1.path("proj/f"), "stale\n");
+  });
+  EXPECT_EQ(wait_status(j), ESTALE);
+}
+
+// etcd restored from an older snapshot: the members' views (journal, the high-water copy beside
+// the data) notice that etcd went back, say so, and refuse the old epochs, as for a rolled-back
+// journal; an advance above the highest epoch heals it.
+TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 3"), 0);
+  ASSERT_TRUE(etcd.snapshot_save(root_ + "/snap"));
+  ASSERT_EQ(n2.ctl("advance / 7"), 0);
+  ASSERT_TRUE(etcd.snapshot_restore(root_ + "/snap"));
+  std::string held = etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/");
+  ASSERT_EQ(held, "3\n");
+
+  EXPECT_TRUE(eventually([&] {
+    return n1.status().find("\"rolled_back\":{\"/\":7}") != std::string::npos;
+  })) << n1.status()
+      << n1.log();
+  EXPECT_NE(n1.log().find("rollback detected: etcd says domain / is at epoch 3"),
+            std::string::npos);
+  EXPECT_NE(slurp(root_ + "/m1.state/audit.log").find("\"reason\":\"rollback\""),
+            std::string::npos);
+  EXPECT_EQ(n1.ctl("advance / 5"), ESTALE);  // below what this member acknowledged
+
+  // A member that joins now starts from etcd's 3; the copy beside the data says 7: refused.
+  Node& n3 = node("m3", etcd.endpoints());
+  pid_t j = spawn_job(n3, 5, [&] { return append(n3.path("f"), "old owner\n"); });
+  EXPECT_EQ(wait_status(j), EIO);
+  EXPECT_NE(n3.log().find("rollback detected"), std::string::npos) << n3.log();
+
+  ASSERT_EQ(n1.ctl("advance / 8"), 0) << n1.log();  // heals every member
+  EXPECT_TRUE(eventually([&] {
+    return n1.status().find("\"rolled_back\":{}") != std::string::npos;
+  })) << n1.status();
+  j = spawn_job(n3, 8, [&] { return append(n3.path("f"), "new owner\n"); });
+  EXPECT_EQ(wait_status(j), 0);
+  EXPECT_EQ(slurp(bpath("f")), "new owner\n");
+}
+
+// A hook that fails (or cannot prove the member is cut off) fails the advance the same way.
+TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
+  Etcd& etcd = this->etcd(1);
+  std::string hook = root_ + "/hook";
+  spit(hook, "#!/bin/sh\necho \"cannot reach $2 for $1\" >&2\nexit 3\n");
+  chmod(hook.c_str(), 0755);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  kill(n1.pid(), SIGSTOP);
+  EXPECT_EQ(n2.ctl("advance / 6"), EIO);
+  std::string log = n2.log();
+  EXPECT_NE(log.find("failed (exit 3: cannot reach"), std::string::npos) << log;
+  EXPECT_NE(log.find("nothing is admitted under 6"), std::string::npos) << log;
+  pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("f"), "B\n"); });
+  EXPECT_EQ(wait_status(b), EIO);
+  EXPECT_NE(n2.status().find("\"id\":\"m1\""), std::string::npos);  // still a member
+  kill(n1.pid(), SIGCONT);
+}
+
+// Misconfigurations and an unreachable etcd refuse the mount with a message.
+TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
+  Etcd& etcd = this->etcd(1);
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  struct Case {
+    std::string opts, message;
+  } cases[] = {
+      {"cluster=c1", "cluster= needs etcd=ENDPOINTS"},
+      {"etcd=" + eps, "need cluster=NAME"},
+      {"cluster=c/1,etcd=" + eps, "cluster= must be"},
+      {"cluster=c1,etcd=" + eps + ",lease_ttl=4,isolation=4", "isolation must be shorter"},
+      {"cluster=c1,etcd=" + eps + ",fence_hook=/nonexistent", "not an executable file"},
+      {"cluster=c1,etcd=127.0.0.1:1", "etcd unreachable"},
+      // Fails after joining: it must leave again, or advances would wait for it.
+      {"cluster=c1,etcd=" + eps + ",no_such_option", "cannot create the FUSE session"},
+  };
+  int i = 0;
+  for (auto& c : cases) {
+    nodes_.push_back(std::make_unique<Node>(root_, backing_, "bad" + std::to_string(i++), c.opts));
+    Node& n = *nodes_.back();
+    EXPECT_EQ(n.start(), 1) << c.opts;
+    EXPECT_NE(n.log().find(c.message), std::string::npos) << c.opts << ": " << n.log();
+  }
+  int st = -1;
+  EXPECT_EQ(etcd.etcdctl("get --prefix --keys-only /fencefs/clusters/c1/members/", &st), "");
+  EXPECT_EQ(st, 0);
+}
+
+// A hook that cuts a member off at the storage leaves its daemon alive: once it runs again it
+// learns it was fenced, stops, re-registers and re-reads every epoch before admitting again.
+TEST_F(ClusterTest, FencedMemberRejoinsAtTheNewEpoch) {
+  Etcd& etcd = this->etcd(1);
+  std::string hook = root_ + "/hook";
+  spit(hook, "#!/bin/sh\necho \"$1 revoked at the storage\"\n");
+  chmod(hook.c_str(), 0755);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5,lease_ttl=2");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  kill(n1.pid(), SIGSTOP);
+  ASSERT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
+  EXPECT_EQ(n2.status().find("\"id\":\"m1\""), std::string::npos);  // no longer a member
+  kill(n1.pid(), SIGCONT);
+  EXPECT_TRUE(eventually([&] {
+    return n1.log().find("re-registered and re-read every epoch") != std::string::npos;
+  })) << n1.log();
+  EXPECT_NE(n1.log().find("fenced by another member"), std::string::npos) << n1.log();
+  EXPECT_EQ(n1.epoch(), 6u);
+  EXPECT_NE(n2.status().find("\"id\":\"m1\""), std::string::npos);  // a member again
+  pid_t old = spawn_job(n1, 5, [&] { return append(n1.path("f"), "old\n"); });
+  EXPECT_EQ(wait_status(old), ESTALE);
+  pid_t cur = spawn_job(n1, 6, [&] { return append(n1.path("f"), "new\n"); });
+  EXPECT_EQ(wait_status(cur), 0);
+  EXPECT_EQ(n2.ctl("advance / 7"), 0);  // and it acknowledges again
+  EXPECT_EQ(n1.epoch(), 7u);
+}
+
+// etcd is not on the data path of equal-token operations: with etcd frozen, a bound job's writes
+// go on (until the member's isolation bound, which is far away here).
+TEST_F(ClusterTest, EqualTokenWritesDoNotTouchEtcd) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints(), "lease_ttl=20,isolation=10");
+  ASSERT_EQ(n1.ctl("advance / 3"), 0);
+  pid_t frozen = etcd_pid(etcd, 0);
+  ASSERT_GT(frozen, 0);
+  kill(frozen, SIGSTOP);
+  auto t0 = Clock::now();
+  pid_t j = spawn_job(n1, 3, [&] {
+    int fd = ::open(n1.path("data").c_str(), O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return errno;
+    char buf[4096] = {};
+    for (int i = 0; i < 500; i++)
+      if (pwrite(fd, buf, sizeof buf, (i % 16) * 4096) < 0) return errno;
+    return close(fd) == 0 ? 0 : errno;
+  });
+  int st = wait_status(j);
+  auto took = Clock::now() - t0;
+  kill(frozen, SIGCONT);
+  EXPECT_EQ(st, 0);
+  EXPECT_LT(took, 8s);  // well before the isolation bound: no write waited for etcd
+}
