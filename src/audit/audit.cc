@@ -485,20 +485,23 @@ std::string display_escape(std::string_view s) {
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\\') {
-      out += "\\\\";
-      i++;
-    } else if (c == '\n') {
-      out += "\\n";
-      i++;
-    } else if (c == '\t') {
-      out += "\\t";
-      i++;
-    } else if (c == '\r') {
-      out += "\\r";
-      i++;
-    } else if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\x{:02x}", c);
+    if (c == '\\' || c < 0x20 || c == 0x7f) {
+      switch (c) {
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        default:
+          out += fmt::format("\\x{:02x}", c);
+      }
       i++;
     } else if (c < 0x80) {
       out += static_cast<char>(c);

@@ -769,6 +769,7 @@ void print_audit_summary(const Rows& rows, bool as_json) {
   std::cout << "records: " << rows.size() << "\n";
   auto section = [](const char* title, const std::map<std::string, uint64_t>& m) {
     std::vector<std::pair<uint64_t, std::string>> v;
+    v.reserve(m.size());
     for (const auto& [k, n] : m) v.push_back({n, k});
     std::sort(v.begin(), v.end(), [](auto& a, auto& b) { return a.first > b.first; });
     std::cout << "\n" << title << "\n";
@@ -868,7 +869,7 @@ int cmd_audit(const Args& args) {
     std::string before = str("epoch_before"), after = str("epoch_after");
     std::string path = str("path");
     if (!str("path2").empty()) path += " -> " + str("path2");
-    auto dash = [](std::string s) { return s.empty() ? std::string("-") : s; };
+    auto dash = [](const std::string& s) { return s.empty() ? std::string("-") : s; };
     r.cols[0] = t;
     r.cols[1] = dash(str("decision"));
     r.cols[2] = dash(str("reason"));

@@ -470,7 +470,7 @@ int cmd_lease(const Args& args) {
     std::cout << kLeaseUsage;
     return args.empty() ? ec::kUsage : 0;
   }
-  std::string verb = args[0];
+  const std::string& verb = args[0];
   Opts o;
   Args rest(args.begin() + 1, args.end());
   size_t end = parse(rest, &o, "lease", kLeaseUsage);

@@ -120,6 +120,7 @@ Parsed parse_command(const CommandSpec& spec, const Args& args) {
   store.push_back(std::string("fencectl ") + spec.name);
   store.insert(store.end(), args.begin(), args.end());
   std::vector<char*> argv;
+  argv.reserve(store.size() + 1);
   for (auto& s : store) argv.push_back(s.data());
   argv.push_back(nullptr);
 

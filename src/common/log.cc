@@ -15,6 +15,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/error.h"
+
 namespace fencefs::log {
 namespace {
 std::atomic<int> g_level{static_cast<int>(Level::Info)};
@@ -102,7 +104,7 @@ bool open(const Target& target, std::string* error) {
     case Sink::File: {
       int fd = ::open(target.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
       if (fd < 0) {
-        *error = fmt::format("log file {}: {}", target.file, strerror(errno));
+        *error = fmt::format("log file {}: {}", target.file, common::errstr(errno));
         return false;
       }
       int old = g_file_fd.exchange(fd);

@@ -214,7 +214,7 @@ struct Client::Impl {
   // With on_message the response is a stream; `timeout_is_wait` says a deadline reached while
   // connected is the call's own timeout (kTimeout), not an unreachable cluster.
   Status call(const Options& o, const std::string& path, const json& body, Millis limit, json* out,
-              std::function<bool(const json&)> on_message = {}, bool timeout_is_wait = false,
+              const std::function<bool(const json&)>& on_message = {}, bool timeout_is_wait = false,
               const std::atomic<bool>* cancel = nullptr) {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });

@@ -25,7 +25,8 @@ Status EtcdLockService::acquire(const std::string& name, int64_t ttl_s, Millis w
   // The lease must outlive a long wait: keep it alive while the lock call blocks, and stop
   // waiting if it is lost anyway.
   std::atomic<bool> lost{false};
-  KeepAlive ka(*this, g->lease, granted > 0 ? granted : ttl_s, [&](std::string) { lost = true; });
+  KeepAlive ka(*this, g->lease, granted > 0 ? granted : ttl_s,
+               [&](const std::string&) { lost = true; });
   s = client_.lock(lock_name(name), g->lease, wait, &g->key, &lost);
   ka.stop();
   if (s.ok() && lost) s = {Status::kNotFound, "lease lost while waiting for the lock"};

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "fs/fs.h"
 
@@ -129,7 +130,7 @@ void PageCache::run() {
       continue;
     }
     // Left pending, writeback of the inode stays refused until its writable handles are closed.
-    log::warn("cannot drop cached pages of inode {:#x}: {}", ino, strerror(-err));
+    log::warn("cannot drop cached pages of inode {:#x}: {}", ino, common::errstr(-err));
     if (++drop.attempts < 20) {
       queue_.push_back(drop);
       cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return stopping_; });
