@@ -65,7 +65,7 @@ int cmd_advance(const Args& args) {
   if (err) {
     fail(fmt::format("advance {} {} refused: {}{}", pos[0], pos[1], explain_errno(err),
                      reply.empty() ? "" : " (" + reply + ")"));
-    return exit_for_errno(err);
+    return exit_code::from_errno(err);
   }
   std::cout << reply << "\n";
   return 0;

@@ -994,6 +994,15 @@ int cmd_audit(const Args& args) {
     if (stat(current.c_str(), &now) == 0 &&
         (fd < 0 || fstat(fd, &fst) != 0 || now.st_ino != fst.st_ino)) {
       if (fd >= 0) {
+        // What was appended to the old file after the last look, before the rotation.
+        for (ssize_t m; (m = pread(fd, buf, sizeof buf, current_off)) > 0;) {
+          current_off += m;
+          pending.append(buf, static_cast<size_t>(m));
+        }
+        for (size_t nl; (nl = pending.find('\n')) != std::string::npos;) {
+          emit(pending.substr(0, nl));
+          pending.erase(0, nl + 1);
+        }
         done.insert(fst.st_ino);
         close(fd);
       }

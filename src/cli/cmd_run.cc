@@ -266,7 +266,7 @@ int etcd_acquire(const Opts& o, etcd::LockService& svc, const DomainHandle* dh, 
   if (err) {
     fail(fmt::format("acquire of domain {} at token {} refused: {}", o.domain, g->token,
                      explain_errno(err)));
-    return give_up(err == ESTALE ? ec::kIssuerBehind : exit_for_errno(err));
+    return give_up(err == ESTALE ? ec::kIssuerBehind : ec::from_errno(err));
   }
   return 0;
 }
@@ -441,7 +441,7 @@ int cmd_run(const Args& args) {
   if (o.acquire) {
     if (int err = dh.acquire(0, true, false, &token)) {
       fail(fmt::format("run: acquire of domain {} refused: {}", o.domain, explain_errno(err)));
-      return exit_for_errno(err);
+      return ec::from_errno(err);
     }
   } else {
     std::string reply;
@@ -450,7 +450,7 @@ int cmd_run(const Args& args) {
     if (err) {
       fail(fmt::format("run: bind {} {} refused: {}{}", o.domain, o.token, explain_errno(err),
                        reply.empty() ? "" : " (" + reply + ")"));
-      return exit_for_errno(err);
+      return ec::from_errno(err);
     }
     token = fence::parse_token_text(o.token)->epoch;
   }

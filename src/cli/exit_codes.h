@@ -42,6 +42,8 @@ inline int from_errno(int err) {
       return kMalformed;
     case ENOTCONN:
     case ENOENT:
+    case ENOTTY:  // the ioctl reached something that is not a fencefs daemon
+    case ENODEV:
       return kUnreachable;
     case EIO:
       return kJournalIo;

@@ -94,32 +94,6 @@ int DomainHandle::acquire(uint64_t token, bool bind, bool resync, uint64_t* got)
   return 0;
 }
 
-int exit_for_errno(int err) {
-  switch (err) {
-    case 0:
-      return exit_code::kOk;
-    case ESTALE:
-      return exit_code::kStale;
-    case ERANGE:
-      return exit_code::kTooFar;
-    case EACCES:
-    case EPERM:
-      return exit_code::kUnauthorised;
-    case EINVAL:
-      return exit_code::kMalformed;
-    case EIO:
-      return exit_code::kJournalIo;
-    case EUCLEAN:
-      return exit_code::kRollback;
-    case ENOTCONN:
-    case ENOTTY:
-    case ENODEV:
-      return exit_code::kUnreachable;
-    default:
-      return exit_code::kFailed;
-  }
-}
-
 std::string explain_errno(int err) {
   const char* name = strerrorname_np(err);
   std::string n = name ? name : std::to_string(err);

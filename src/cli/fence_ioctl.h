@@ -35,8 +35,6 @@ class DomainHandle {
   std::string domain_;
 };
 
-// fencectl's exit code for an errno of a bind, advance or acquire.
-int exit_for_errno(int err);
 // A one-line explanation of that errno for fencectl's messages.
 std::string explain_errno(int err);
 

@@ -80,6 +80,12 @@ static int admit_writeback(fuse_req_t req, Handle& h, fence::Admission* out) {
                             fence::Reason::Stale, err, why);
   if (f.fence().admit(*h.domain, token, 0, f.caller(req), op, out) != 0)
     return EIO;  // reported by msync, fsync or close of the mapping's file
+  // Checked again under the admission: a domain may have been declared above the file meanwhile.
+  if (Domain& now = f.domain_of(*h.inode); &now != h.domain) {
+    *out = fence::Admission();
+    refuse_moved(req, h, now, "writeback");
+    return EIO;
+  }
   if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
   h.dirty.store(true, std::memory_order_relaxed);
   return 0;

@@ -30,9 +30,8 @@ using namespace fencefs::testing;
 
 namespace {
 
-// Domains by name; "late" is declared while the load runs (its directory is part of "root" until
-// then).
-const std::array<const char*, 4> kDomains = {"root", "d1", "d2", "late"};
+// Domains by name (root, d1, d2, late); "late" is declared while the load runs (its directory
+// is part of "root" until then).
 std::string dir_of(const std::string& d) { return d == "root" ? "" : d; }
 std::string ctl_name(const std::string& d) { return d == "root" ? "/" : "/" + d; }
 
