@@ -378,7 +378,11 @@ int Cluster::join(std::string* why) {
   if (int err = register_member(*ops_, why)) return err;
   int64_t t0 = mono_ns();
   int64_t rev = 0;
-  if (int err = resync(*ops_, &rev, why)) return err;
+  if (int err = resync(*ops_, &rev, why)) {
+    // Registered but not joined: a member key left behind would stall every advance.
+    leave();
+    return err;
+  }
   watch_from_ = rev + 1;
   admit_until_ns_ = t0 + ns(o_.isolation);
   isolated_ = false;
@@ -711,7 +715,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
           "cluster {}: etcd's epoch of domain {} went back below {} (restored from an older "
           "snapshot?); only an advance above {} heals it",
           o_.name, d.path, it->second, it->second);
-      return EIO;
+      return EUCLEAN;  // as a local rollback refusal: a coordinator tells it from an I/O error
     }
   }
   etcd::Client& c = *ops_;
@@ -720,6 +724,23 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     *why = fmt::format("cluster {}: advance of {} to {}: etcd: {}; nothing is admitted under {}",
                        o_.name, d.path, token, s.message, token);
     return EIO;
+  };
+
+  // The local view must reach `e` once applied; otherwise the caller would re-raise forever.
+  auto followed = [&](Epoch e) {
+    if (d.epoch.load() >= e) return 0;
+    *why = fmt::format(
+        "cluster {}: domain {} is at epoch {} in etcd but this member could not make it durable "
+        "(see the log); nothing is admitted under it",
+        o_.name, d.path, e);
+    return EIO;
+  };
+  // An explicit acquisition must be above the cluster's epoch, pending or committed.
+  auto stale = [&](Epoch cluster_epoch) {
+    *acquired = std::max(cluster_epoch, d.epoch.load());
+    *why = fmt::format("cluster {}: token {} is not above epoch {} of domain {}", o_.name, token,
+                       *acquired, d.path);
+    return ESTALE;
   };
 
   // 1. The compare-and-set: the cluster's epoch only rises.
@@ -735,9 +756,10 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
         return EIO;
       }
       if (acquire) token = std::max(cur.epoch, d.epoch.load()) + 1;
+      if (acquired && token <= std::max(cur.epoch, d.epoch.load())) return stale(cur.epoch);
       if (cur.epoch > token || (cur.epoch == token && !cur.pending)) {
         apply(c, d.path, cur, false);  // superseded or done: re-judge
-        return 0;
+        return followed(cur.epoch);
       }
       if (cur.epoch == token) break;  // pending: complete it
       etcd::Compare cmp{key, etcd::Compare::Target::kMod, etcd::Compare::Result::kEqual,
@@ -745,6 +767,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
       s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
     } else {
       if (acquire) token = d.epoch.load() + 1;
+      if (acquired && token <= d.epoch.load()) return stale(0);
       etcd::Compare cmp{key, etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};
       s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
     }
@@ -773,7 +796,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     Value cur;
     if (kv && decode(kv->value, &cur) && (cur.epoch > token || !cur.pending)) {
       apply(c, d.path, cur, false);  // completed elsewhere, or superseded
-      return 0;
+      return followed(cur.epoch);
     }
     std::vector<etcd::KeyValue> members, acks;
     int64_t rev = 0;
@@ -845,9 +868,12 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     apply(c, d.path, {token, false}, false);
   } else if (!r.ranges.empty() && !r.ranges[0].empty()) {
     Value cur;
-    if (decode(r.ranges[0][0].value, &cur)) apply(c, d.path, cur, false);
+    if (decode(r.ranges[0][0].value, &cur)) {
+      apply(c, d.path, cur, false);
+      return followed(cur.epoch);
+    }
   }
-  return 0;
+  return followed(token);
 }
 
 int Cluster::await_commit(Domain& d, Epoch token, std::string* why) {

@@ -236,30 +236,53 @@ int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op&
   }
   std::string tok = token_text(token);
   Subject s{op.name, &d, {}, tok, op.target, op.target2};
+  std::shared_lock<WriterPreferringLock> lk;
+  if (int err = settle(d, token, c, op, s, &lk)) return err;
+  d.accepted.fetch_add(1, std::memory_order_relaxed);
+  out->first_ = std::move(lk);
+  out->token_ = token;
+  return 0;
+}
+
+int Fence::judge_held(const Domain& d, Epoch token, const Caller& c, const Subject& s,
+                      bool* settled, bool* raise_due) {
+  *settled = false;
+  if (raise_due) *raise_due = false;
   if (authority_) {
+    // Checked under the lock: a long raise or wait must not outlive the isolation bound.
     std::string why;
     if (int err = authority_->admissible(&why)) return refuse(c, s, Reason::Io, err, why);
   }
+  Decision dec = decide(RequestKind::Admit, d, token);
+  if (dec.refused()) return refuse(c, s, std::move(dec));
+  if (dec.raise) {
+    if (raise_due) *raise_due = true;
+    return 0;
+  }
+  // Not every member has acknowledged this epoch yet: the commit is still due.
+  if (Epoch u = d.uncommitted.load(std::memory_order_acquire); u && token >= u) return 0;
+  *settled = true;
+  return 0;
+}
+
+int Fence::settle(Domain& d, Epoch token, const Caller& c, const Op& op, const Subject& s,
+                  std::shared_lock<WriterPreferringLock>* hold) {
   for (;;) {
     std::shared_lock lk(d.mu);
-    Decision dec = decide(RequestKind::Admit, d, token);
-    if (dec.refused()) return refuse(c, s, std::move(dec));
-    if (!dec.raise) {
-      if (Epoch u = d.uncommitted.load(std::memory_order_acquire); u && token >= u) {
-        // Not every member has acknowledged this epoch yet: wait for the commit.
-        lk.unlock();
-        std::string why;
-        if (int err = authority_->await_commit(d, token, &why))
-          return refuse(c, s, Reason::Io, err, why);
-        continue;
-      }
-      d.accepted.fetch_add(1, std::memory_order_relaxed);
-      out->first_ = std::move(lk);
-      out->token_ = token;
+    bool settled = false, raise_due = false;
+    if (int err = judge_held(d, token, c, s, &settled, &raise_due)) return err;
+    if (settled) {
+      if (hold) *hold = std::move(lk);
       return 0;
     }
+    // Never raise or wait with a domain lock held: a follower needs it exclusively.
     lk.unlock();
     std::string why;
+    if (!raise_due && authority_) {
+      if (int err = authority_->await_commit(d, token, &why))
+        return refuse(c, s, Reason::Io, err, why);
+      continue;
+    }
     if (int err = raise(d, token, c, op, nullptr, &why))
       return why.empty() ? refuse(c, s, durability_failure(token, err))
                          : refuse(c, s, Reason::Io, err, why);
@@ -274,15 +297,26 @@ int Fence::admit2(Domain& a, Epoch ta, Domain& b, Epoch tb, const Caller& c, con
   Domain* second = first == &a ? &b : &a;
   Epoch tfirst = first == &a ? ta : tb;
   Epoch tsecond = first == &a ? tb : ta;
-  Admission one, two;
-  int err = admit(*first, tfirst, 0, c, op, &one);
-  if (err) return err;
-  err = admit(*second, tsecond, 0, c, op, &two);
-  if (err) return err;
-  out->first_ = std::move(one.first_);
-  out->second_ = std::move(two.first_);
-  out->token_ = ta;
-  return 0;
+  std::string tok1 = token_text(tfirst), tok2 = token_text(tsecond);
+  Subject s1{op.name, first, {}, tok1, op.target, op.target2};
+  Subject s2{op.name, second, {}, tok2, op.target, op.target2};
+  for (;;) {
+    // Each domain brought up with no lock held, then both judged again under both locks.
+    if (int err = settle(*first, tfirst, c, op, s1, nullptr)) return err;
+    if (int err = settle(*second, tsecond, c, op, s2, nullptr)) return err;
+    std::shared_lock l1(first->mu);
+    std::shared_lock l2(second->mu);
+    bool ok1 = false, ok2 = false;
+    if (int err = judge_held(*first, tfirst, c, s1, &ok1)) return err;
+    if (int err = judge_held(*second, tsecond, c, s2, &ok2)) return err;
+    if (!ok1 || !ok2) continue;  // moved meanwhile: bring it up again, unlocked
+    first->accepted.fetch_add(1, std::memory_order_relaxed);
+    second->accepted.fetch_add(1, std::memory_order_relaxed);
+    out->first_ = std::move(l1);
+    out->second_ = std::move(l2);
+    out->token_ = ta;
+    return 0;
+  }
 }
 
 int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why) {
@@ -296,7 +330,7 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
   bool complete = authority_ && d.uncommitted.load() != 0 && d.uncommitted.load() <= token;
   if (!dec.raise && !complete) return 0;
   if (int err = raise(d, token, c, op, nullptr, why)) {
-    if (authority_) return refuse(c, s, Reason::Io, err, *why);
+    if (authority_) return refuse(c, s, err == EUCLEAN ? Reason::Rollback : Reason::Io, err, *why);
     dec = durability_failure(token, err);
     *why = dec.message;
     return refuse(c, s, std::move(dec));
@@ -345,7 +379,7 @@ int Fence::acquire(Domain& d, Epoch token, const char* op_name, const Caller& c,
   }
   if (err) {
     *why = fmt::format("could not make epoch {} durable: {}", want, common::errstr(err));
-    return refused(Reason::Io, err, want, *why);
+    return refused(err == EUCLEAN ? Reason::Rollback : Reason::Io, err, want, *why);
   }
   *why = fmt::format("domain {} acquired at epoch {}", d.path, *acquired);
   return 0;

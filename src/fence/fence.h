@@ -156,6 +156,14 @@ class Fence {
   // authority raises every member; *why then says why it could not.
   int raise(Domain& d, Epoch token, const Caller& c, const Op& op, Epoch* acquired = nullptr,
             std::string* why = nullptr);
+  // Brings d up for `token` (raise, or wait for the commit) until it is admissible as is, with
+  // no lock held while raising or waiting; with `hold`, returns holding the shared lock.
+  int settle(Domain& d, Epoch token, const Caller& c, const Op& op, const Subject& s,
+             std::shared_lock<WriterPreferringLock>* hold);
+  // Under d's shared lock: refused (an errno), or 0 with *settled when admissible as is, else
+  // *raise_due when a raise (not a commit) is due.
+  int judge_held(const Domain& d, Epoch token, const Caller& c, const Subject& s, bool* settled,
+                 bool* raise_due = nullptr);
   int raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
                   const std::function<int()>& flush = {}, bool uncommitted = false,
                   Epoch* acquired = nullptr);

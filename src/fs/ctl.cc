@@ -330,6 +330,9 @@ int ctl_ioctl_acquire(fuse_req_t req, Domain& d, const void* in, size_t in_size,
                       fmt::format("uid {} is not in the issuer set", c.uid));
   fence::Epoch got = 0;
   if (int err = f.fence().acquire(d, a.epoch, op, c, &got, &why)) return err;
+  if (got == 0)  // never bind (or hand out) "no token": it would pass as unfenced
+    return refuse_ctl(f, c, op, fence::Reason::Io, &d, d.path, "", EIO,
+                      fmt::format("acquisition in domain {} returned no epoch", d.path));
   if (a.flags & FENCEFS_ACQUIRE_BIND) {
     if (int err = f.bindings().bind(c.pid, d.id, got)) return err;
     note_ctl(f, c, "bind", "bound", &d, d.path, std::to_string(got),

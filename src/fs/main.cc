@@ -427,8 +427,13 @@ int main(int argc, char* argv[]) {
   if (a.verbose) log::set_level(log::Level::Debug);
   // Cluster mode: the backing is shared by several daemons by design, each with its own state.
   const bool cluster_mode = a.cluster != nullptr;
-  if (!cluster_mode && (a.etcd || a.member || a.fence_hook || a.ack_timeout))
-    die("etcd=, member=, fence_hook= and ack_timeout= need cluster=NAME");
+  if (!cluster_mode && (a.etcd || a.member || a.fence_hook || a.ack_timeout || a.lease_ttl ||
+                        a.isolation || a.etcd_cacert || a.etcd_cert || a.etcd_key))
+    die("etcd=, member=, fence_hook=, ack_timeout=, lease_ttl=, isolation=, etcd_cacert=, "
+        "etcd_cert= and etcd_key= need cluster=NAME");
+  // Members share BACKING: the default BACKING/.fencefs would be one journal for all of them.
+  if (cluster_mode && !a.state)
+    die("cluster= needs state=DIR outside BACKING: each member keeps its own journal");
 
   fence::Config cfg;
   if (a.max_jump) cfg.max_jump = parse_u64(a.max_jump, "max_jump", 1, INT64_MAX);
@@ -476,6 +481,11 @@ int main(int argc, char* argv[]) {
                       "mount; use BACKING/.fencefs or a directory outside BACKING",
                       state));
     if (under(state, mnt)) die(fmt::format("state directory {} is under the mountpoint", state));
+    if (cluster_mode && under(state, backing))
+      die(
+          fmt::format("state directory {} is inside the shared BACKING; in cluster mode each "
+                      "member needs its own, outside BACKING",
+                      state));
   }
   if (stat(state.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
     die(fmt::format("state directory {} is not a directory", state));

@@ -646,6 +646,10 @@ TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
       {"cluster=c1,etcd=" + eps + ",lease_ttl=4,isolation=4", "isolation must be shorter"},
       {"cluster=c1,etcd=" + eps + ",fence_hook=/nonexistent", "not an executable file"},
       {"cluster=c1,etcd=127.0.0.1:1", "etcd unreachable"},
+      {"lease_ttl=4", "need cluster=NAME"},
+      {"isolation=1", "need cluster=NAME"},
+      // One journal on the shared backing for every member: refused.
+      {"cluster=c1,etcd=" + eps + ",state=" + backing_ + "/.fencefs", "inside the shared BACKING"},
       // Fails after joining: it must leave again, or advances would wait for it.
       {"cluster=c1,etcd=" + eps + ",no_such_option", "cannot create the FUSE session"},
   };
@@ -712,4 +716,88 @@ TEST_F(ClusterTest, EqualTokenWritesDoNotTouchEtcd) {
   kill(frozen, SIGCONT);
   EXPECT_EQ(st, 0);
   EXPECT_LT(took, 8s);  // well before the isolation bound: no write waited for etcd
+}
+
+// `fencectl run --acquire` on a cluster mount gets the cluster's epoch + 1, made on every member;
+// an explicit token not above the cluster's epoch is refused with the epoch that refused it.
+TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n2.ctl("advance / 4"), 0);
+  std::string out = root_ + "/token";
+  int st = -1;
+  sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n1.mnt() +
+             "' --domain / --acquire -- sh -c 'echo $FENCEFS_TOKEN > " + out + "'",
+         &st);
+  EXPECT_EQ(st, 0) << n1.log();
+  EXPECT_EQ(slurp(out), "5\n");
+  EXPECT_EQ(n1.epoch(), 5u);
+  EXPECT_EQ(n2.epoch(), 5u);
+  std::string held = etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/");
+  EXPECT_EQ(held, "5\n");
+
+  // An explicit token at the cluster's epoch: stale (not a silent token 0).
+  sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n2.mnt() +
+             "' --domain / --acquire --token 5 -- true 2>/dev/null",
+         &st);
+  EXPECT_NE(st, 0);
+  EXPECT_EQ(n2.epoch(), 5u);
+}
+
+// A rename across two domains whose second domain needs a raise, while another member advances
+// the first one over and over: the member's follower needs the first domain's lock exclusively
+// while the rename raises the second; neither may wait for the other.
+TEST_F(ClusterTest, CrossDomainRenameRaisingDoesNotDeadlockAFollower) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 2"), 0);
+  pid_t seed = spawn_job(n1, 2, [&] {
+    if (::mkdir(n1.path("a").c_str(), 0755)) return errno;
+    return append(n1.path("f"), "x\n");
+  });
+  ASSERT_EQ(wait_status(seed), 0);
+  ASSERT_EQ(n1.ctl("domain add /a"), 0) << n1.log();
+
+  fflush(nullptr);
+  pid_t renamer = fork();
+  if (renamer == 0) {
+    // Each rename raises /a; "/" is bound at its current epoch (the advancer moves it on).
+    int moved = 0;
+    std::string here = n1.path("f"), there = n1.path("a/f");
+    for (uint64_t k = 2; k < 102; k++) {
+      if (n1.ctl("bind / " + std::to_string(n1.epoch())) || n1.ctl("bind /a " + std::to_string(k)))
+        continue;
+      if (::rename(here.c_str(), there.c_str()) == 0) {
+        std::swap(here, there);
+        moved++;
+      }
+    }
+    _exit(moved > 0 ? 0 : 1);
+  }
+  std::atomic<bool> done{false};
+  std::thread advancer([&] {
+    for (uint64_t e = 3; !done && e < 1000; e++) {
+      n2.ctl("advance / " + std::to_string(e));
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  // Bounded: with the lock-order cycle the member hangs for good.
+  int st = -1;
+  bool finished = false;
+  auto deadline = Clock::now() + 60s;
+  while (!finished && Clock::now() < deadline) {
+    finished = waitpid(renamer, &st, WNOHANG) == renamer;
+    if (!finished) std::this_thread::sleep_for(50ms);
+  }
+  done = true;
+  if (!finished) {  // the member first: the renamer waits in its rename
+    sh("kill -9 " + std::to_string(n1.pid()) + "; fusermount3 -u -z '" + n1.mnt() + "'");
+    kill(renamer, SIGKILL);
+    waitpid(renamer, &st, 0);
+  }
+  advancer.join();
+  EXPECT_TRUE(finished) << "renames across domains hung while another member advanced";
+  EXPECT_TRUE(finished && WIFEXITED(st) && WEXITSTATUS(st) == 0) << n1.log();
 }
