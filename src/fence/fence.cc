@@ -283,9 +283,12 @@ int Fence::settle(Domain& d, Epoch token, const Caller& c, const Op& op, const S
         return refuse(c, s, Reason::Io, err, why);
       continue;
     }
-    if (int err = raise(d, token, c, op, nullptr, &why))
-      return why.empty() ? refuse(c, s, durability_failure(token, err))
-                         : refuse(c, s, Reason::Io, err, why);
+    if (int err = raise(d, token, c, op, nullptr, &why)) {
+      if (why.empty()) return refuse(c, s, durability_failure(token, err));
+      // A rolled-back authority reaches a writer as the local rollback does: EIO.
+      if (err == EUCLEAN) return refuse(c, s, Reason::Rollback, EIO, why);
+      return refuse(c, s, Reason::Io, err, why);
+    }
     // Re-judged under the shared lock: a higher epoch may have landed since.
   }
 }
