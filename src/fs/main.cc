@@ -131,6 +131,18 @@ struct Args {
   int help = 0;
   int version = 0;
   std::string backing;
+
+  Args() = default;
+  Args(const Args&) = delete;
+  Args& operator=(const Args&) = delete;
+  // fuse_opt_parse strdup()s every NAME=VALUE option it fills in.
+  ~Args() {
+    for (char* s :
+         {state,      max_jump, issuers,   token_key,  floor,       timeout,   audit_max_bytes,
+          audit_keep, log,      log_level, pidfile,    cluster,     etcd,      etcd_cacert,
+          etcd_cert,  etcd_key, member,    fence_hook, ack_timeout, lease_ttl, isolation})
+      free(s);
+  }
 };
 
 enum { KEY_HELP, KEY_VERSION };

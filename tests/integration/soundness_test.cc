@@ -200,6 +200,9 @@ TEST(Soundness, NoWriteAdmittedUnderASupersededEpochLandsAfterTheAdvance) {
     uint32_t s = static_cast<uint32_t>(rng());
     std::map<std::string, uint64_t> tokens = epoch;
     fflush(nullptr);
+    // Inherited by the child, so a SIGUSR1 that comes before the child runs still stops it
+    // cleanly (the parent never receives one).
+    signal(SIGUSR1, on_stop);
     pid_t pid = fork();
     if (pid == 0) _exit(owner(m, id, s, tokens, stats));
     live.push_back({pid, stats});
