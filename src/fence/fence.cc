@@ -355,18 +355,16 @@ int Fence::acquire(Domain& d, Epoch token, const char* op_name, const Caller& c,
     std::string tok = token_text(t);
     return refuse(c, Subject{op_name, &d, {}, tok}, r, err, message);
   };
-  Epoch epoch = d.epoch.load();
-  Epoch stamped = d.max_stamp.load();
-  Epoch want = token ? token : epoch + 1;
-  if (stamped > epoch && want < stamped) {
+  Epoch want = token ? token : d.epoch.load() + 1;
+  // The rule as for any advance; a token not above the epoch is judged under the exclusive lock
+  // by raise(), which says "issuer behind".
+  Decision dec = decide(RequestKind::Advance, d, want);
+  if (dec.refused() && dec.reason != Reason::Stale) {
     // Its own errno (not EIO), so that a coordinator can tell a rollback from a journal failure.
-    *why = fmt::format(
-        "rollback detected: epoch {} was seen but the state says {} (see `fencectl recover`)",
-        stamped, epoch);
-    return refused(Reason::Rollback, EUCLEAN, want, *why);
-  }
-  if (token && token > epoch) {
-    if (int err = check_jump(d, token, why)) return refused(Reason::TooFar, err, token, *why);
+    if (dec.reason == Reason::Rollback) dec.err = EUCLEAN;
+    *why = dec.message;
+    std::string tok = token_text(want);
+    return refuse(c, Subject{op_name, &d, {}, tok}, std::move(dec));
   }
   int err = raise(d, token, c, op, acquired);
   if (err == ESTALE) {
