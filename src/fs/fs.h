@@ -41,7 +41,10 @@ struct Inode {
   // O_PATH fd. The process may hold only so many fds (the hard limit here is 20,000), so the fd of
   // an idle inode may be closed and reopened from `id` later; handlers see it only while pinned.
   std::atomic<int> fd{-1};
-  std::atomic<uint32_t> users{0};         // pins in flight
+  // Pins in flight, plus kDoomed once the kernel forgot the inode while it was pinned: the last
+  // unpin then erases it. Handlers unpin after their reply, when a FORGET may already have run.
+  std::atomic<uint32_t> users{0};
+  static constexpr uint32_t kDoomed = 1u << 31;
   std::atomic<uint32_t> open_handles{0};  // open files: never reclaimed (may be unlinked)
   std::atomic<uint32_t> last_use{0};      // coarse seconds, for choosing idle victims
   FileId id;
@@ -111,7 +114,7 @@ class Fs {
   void reclaim_fds();
   // Keeps an inode's fd open while a handler uses it (0, or an errno if it cannot be reopened).
   int pin(Inode& i);
-  void unpin(Inode& i) { i.users.fetch_sub(1); }
+  void unpin(Inode& i);
   // The inode of a node id; nullptr for a stale or unknown id (reply ESTALE).
   Inode* inode(fuse_ino_t ino);
   fuse_ino_t ino_of(Inode* i) const;

@@ -96,6 +96,18 @@ int Fs::pin(Inode& i) {
   return 0;
 }
 
+// Never touches the inode after a decrement that may let it go: every step to zero pins of an
+// inode the kernel forgot is taken under the table lock, where drop_locked decides.
+void Fs::unpin(Inode& i) {
+  uint32_t u = i.users.load(std::memory_order_relaxed);
+  while (u != (Inode::kDoomed | 1))
+    if (i.users.compare_exchange_weak(u, u - 1)) return;
+  std::lock_guard lk(table_mu_);
+  if (i.users.fetch_sub(1) != (Inode::kDoomed | 1)) return;
+  i.users.fetch_and(~Inode::kDoomed);
+  drop_locked(&i);
+}
+
 Pinned::Pinned(Fs& f, Inode* a, Inode* b) : f_(f) {
   if (a && (err_ = f.pin(*a)) == 0)
     a_ = a;
@@ -226,6 +238,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   Inode* i = &it->second;
   if (!inserted) {
     ::close(fd);
+    i->users.fetch_and(~Inode::kDoomed);  // looked up again: no longer the last unpin's to erase
   } else {
     i->fd = fd;
     i->dev = st.st_dev;
@@ -258,6 +271,8 @@ void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
 // Erases an inode the kernel forgot once no child names it as parent, then its parent likewise.
 void Fs::drop_locked(Inode* i) {
   while (i && i != &root_ && i->nlookup.load() == 0 && i->kids == 0) {
+    // Pinned: the last unpin erases it (and goes on up its parents).
+    if ((i->users.fetch_or(Inode::kDoomed) & ~Inode::kDoomed) != 0) break;
     int fd = i->fd.exchange(-1);
     if (fd >= 0) {
       ::close(fd);
