@@ -196,10 +196,8 @@ class Store final : public StateStore {
     return rc;
   }
 
-  bool poisoned() const override {
-    std::lock_guard<std::mutex> lk(mu_);
-    return poisoned_;
-  }
+  // Without mu_: asked before every advance, while a leader may hold mu_.
+  bool poisoned() const override { return poisoned_.load(std::memory_order_acquire); }
 
   Stats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -218,9 +216,14 @@ class Store final : public StateStore {
     int result = 0;
     std::atomic<uint32_t> wake{0};      // bumped under mu_ when done, or when asked to lead
     std::atomic<uint32_t> sleepers{0};  // callers asleep on `wake` (raised under mu_)
-    void wake_up() {                    // under mu_
-      wake.fetch_add(1, std::memory_order_relaxed);
+    void bump() { wake.fetch_add(1, std::memory_order_relaxed); }  // under mu_
+    // After bump(), with or without mu_: a sleeper that saw the old value is woken.
+    void wake_sleepers() {
       if (sleepers.load(std::memory_order_relaxed) > 0) futex_wake_all(wake);
+    }
+    void wake_up() {  // under mu_
+      bump();
+      wake_sleepers();
     }
   };
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
@@ -300,7 +303,11 @@ class Store final : public StateStore {
       if (tried_sync) stats_.syncs++;
       if (tried_sync && rc != 0) stats_.sync_failures++;
     }
-    finish(batch, rc);
+    finish(batch, rc, false);
+    // The wake-ups outside mu_: the callers woken do not need it, the next ones to queue do.
+    lk.unlock();
+    for (const auto& op : batch) op->wake_sleepers();
+    lk.lock();
     // Next batch: those already queued plus this batch's callers, who will be back shortly.
     gather_target_ = batch.size() + queue_.size();
     if (rc != 0) {
@@ -344,12 +351,17 @@ class Store final : public StateStore {
     if (journal_->reserve(end) == 0) reserved_end_ = end;
   }
 
-  // Marks a batch done and moves the durable/pending epochs. Under mu_.
-  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc) {
+  // Marks a batch done and moves the durable/pending epochs. Under mu_. Without wake, the caller
+  // wakes the sleepers of the batch (wake_sleepers) later.
+  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc, bool wake = true) {
     for (const auto& op : batch) {
       op->result = rc;
       op->done.store(true, std::memory_order_release);
-      op->wake_up();
+      if (wake) {
+        op->wake_up();
+      } else {
+        op->bump();
+      }
       auto it = domains_.find(op->rec.id);
       if (it == domains_.end()) continue;
       Domain& d = it->second;
@@ -449,8 +461,8 @@ class Store final : public StateStore {
   size_t gather_target_ = 0;  // records the next batch waits for (briefly): see wait_done
   int gatherers_ = 0;         // would-be leaders waiting for the batch to fill
   std::condition_variable gather_cv_;
-  bool busy_ = false;  // a leader, compaction or rewrite owns the journal file
-  bool poisoned_ = false;
+  bool busy_ = false;                  // a leader, compaction or rewrite owns the journal file
+  std::atomic<bool> poisoned_{false};  // written under mu_
   uint64_t generation_ = 0;
   Incarnation inc_{};
   uint64_t journal_size_ = 0;
