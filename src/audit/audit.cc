@@ -350,19 +350,27 @@ bool Log::write_locked(const std::string& line) {
   return false;
 }
 
-Log::Outcome Log::record(const Event& in) {
+Log::Outcome Log::record(const Event& in, const std::function<void(Event&)>& resolve) {
   Event e = in;
   const pid_t thread = e.tid ? e.tid : e.pid;
-  if (e.pid > 0 && !e.pid_resolved) {
-    // FUSE names the calling thread; the audit trail names its process.
-    if (auto tgid = proc::tgid_of(e.pid); tgid && *tgid != e.pid) {
-      e.tid = e.pid;
-      e.pid = *tgid;
+  // Who the caller is, and the line, only for a record that is written; outside mu_.
+  auto finish = [&e](const std::function<void(Event&)>& res, int64_t at) {
+    if (res) res(e);
+    if (e.pid > 0 && !e.pid_resolved) {
+      // FUSE names the calling thread; the audit trail names its process.
+      if (auto tgid = proc::tgid_of(e.pid); tgid && *tgid != e.pid) {
+        e.tid = e.pid;
+        e.pid = *tgid;
+      }
     }
-  }
+    return to_json(e, at);
+  };
   int64_t now = now_unix_ns();
-  std::string line = to_json(e, now);
-  std::lock_guard lk(mu_);
+  // A refusal may be a repeat or beyond its uid's rate: known only under mu_.
+  const bool refusal = e.decision == "refused" && !is_epoch_change(e);
+  std::string line;
+  if (!refusal) line = finish(resolve, now);
+  std::unique_lock lk(mu_);
   if (e.err == ESTALE && thread > 0) {
     // The kernel's retry of a path operation refused with ESTALE is the same call.
     std::string key = e.op + '\0' + e.decision + '\0' + e.reason + '\0' + e.domain + '\0' + e.path +
@@ -383,7 +391,12 @@ Log::Outcome Log::record(const Event& in) {
   // The epochs trail first: it never rotates and is what an operator must always find.
   if (is_epoch_change(e)) write_epoch_locked(line);
   summarize_locked(now, false);
-  if (e.decision == "refused" && !take_locked(e.uid, now)) return Outcome::kSuppressed;
+  if (refusal) {
+    if (!take_locked(e.uid, now)) return Outcome::kSuppressed;
+    lk.unlock();
+    line = finish(resolve, now);
+    lk.lock();
+  }
   if (lost_ > 0) {
     Event gap;
     gap.op = "audit";

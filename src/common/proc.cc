@@ -11,6 +11,8 @@
 #include <iterator>
 #include <string_view>
 
+#include "common/identity_cache.h"
+
 namespace fencefs::proc {
 namespace {
 
@@ -132,7 +134,7 @@ namespace {
 class SystemProcesses : public ProcessInfo {
  public:
   std::optional<Stat> stat(pid_t pid) override { return read_stat(pid); }
-  std::optional<Identity> identity(pid_t tid) override { return identity_of(tid); }
+  std::optional<Identity> identity(pid_t tid) override { return identities_.get(tid); }
   std::vector<gid_t> groups(pid_t pid) override { return groups_of(pid); }
   int open(pid_t pid, bool thread) override {
     if (pid <= 0) return -1;
@@ -160,6 +162,9 @@ class SystemProcesses : public ProcessInfo {
   void close(int handle) override {
     if (handle >= 0) ::close(handle);
   }
+
+ private:
+  IdentityCache identities_;
 };
 
 }  // namespace

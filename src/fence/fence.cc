@@ -67,18 +67,19 @@ audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
   e.pid = c.pid;
   e.uid = c.uid;
   e.gid = c.gid;
-  if (c.pid > 0) {
-    // FUSE names the calling thread; the audit trail names its process (one /proc read).
-    if (auto id = procs_.identity(c.pid)) {
-      if (e.comm.empty()) e.comm = id->comm;
-      if (id->tgid != c.pid) {
-        e.tid = c.pid;
-        e.pid = id->tgid;
+  if (c.pid <= 0) return audit_->record(e);
+  // FUSE names the calling thread; the audit trail names its process (one /proc read, made only
+  // for a record that is written: not for refusals beyond the caller's rate).
+  return audit_->record(e, [this, pid = c.pid](audit::Event& ev) {
+    if (auto id = procs_.identity(pid)) {
+      if (ev.comm.empty()) ev.comm = id->comm;
+      if (id->tgid != pid) {
+        ev.tid = pid;
+        ev.pid = id->tgid;
       }
-      e.pid_resolved = true;
+      ev.pid_resolved = true;
     }
-  }
-  return audit_->record(e);
+  });
 }
 
 audit::Event Fence::event_of(const Subject& s) const {

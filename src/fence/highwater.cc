@@ -80,28 +80,34 @@ std::map<std::string, Epoch> HighWater::decode(std::string_view text) {
   return m;
 }
 
+void HighWater::load_locked() {
+  if (loaded_) return;
+  char buf[65536];
+  ssize_t n = fgetxattr(fd_, kXattr, buf, sizeof buf);
+  if (n > 0) cur_ = decode(std::string_view(buf, static_cast<size_t>(n)));
+  loaded_ = true;
+}
+
 std::map<std::string, Epoch> HighWater::load() {
   std::lock_guard lk(mu_);
-  if (!loaded_) {
-    char buf[65536];
-    ssize_t n = fgetxattr(fd_, kXattr, buf, sizeof buf);
-    if (n > 0) cur_ = decode(std::string_view(buf, static_cast<size_t>(n)));
-    loaded_ = true;
-  }
+  load_locked();
   return cur_;
 }
 
 void HighWater::record(const std::string& domain, Epoch epoch) {
-  load();
   std::lock_guard lk(mu_);
+  load_locked();
   Epoch& e = cur_[domain];
   if (e >= epoch) return;
   e = epoch;
-  dirty_ = true;
-  if (thread_.joinable())
-    cv_.notify_one();
-  else
+  if (!thread_.joinable()) {
+    dirty_ = true;
     write_locked();
+  } else if (!dirty_) {
+    // Already dirty: the writer is between writes and takes this epoch with the next one.
+    dirty_ = true;
+    cv_.notify_one();
+  }
 }
 
 }  // namespace fencefs::fence

@@ -35,6 +35,7 @@ class HighWater {
  private:
   int fd_;
   std::mutex mu_;
+  void load_locked();
   void write_locked();
   void writer();
   std::map<std::string, Epoch> cur_;

@@ -1,8 +1,14 @@
 #include "journal/journal.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -65,6 +71,18 @@ int replace_file(FileLayer& fs, const std::string& tmp, const std::string& final
     *keep = std::move(f);
   }
   return rc;
+}
+
+// Sleeps while `word` still holds `seen` (or until a spurious wake-up). A plain futex: the
+// standard library's atomic wait spins and yields first, a context switch per waiter per batch.
+void futex_wait(std::atomic<uint32_t>& word, uint32_t seen) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, seen, nullptr, nullptr,
+          0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr,
+          nullptr, 0);
 }
 
 // How long a would-be leader waits for the callers of the previous batch to queue their next
@@ -174,15 +192,12 @@ class Store final : public StateStore {
     } else {
       poison();
     }
-    busy_ = false;
-    cv_.notify_all();
+    release_journal();
     return rc;
   }
 
-  bool poisoned() const override {
-    std::lock_guard<std::mutex> lk(mu_);
-    return poisoned_;
-  }
+  // Without mu_: asked before every advance, while a leader may hold mu_.
+  bool poisoned() const override { return poisoned_.load(std::memory_order_acquire); }
 
   Stats stats() const override {
     std::lock_guard<std::mutex> lk(mu_);
@@ -193,11 +208,26 @@ class Store final : public StateStore {
   }
 
  private:
+  // A queued record. Its waiters sleep on `wake` alone, so a batch's end wakes only the callers
+  // whose records it made durable (and the next leader), not everyone waiting on the journal.
   struct Op {
     Record rec;
-    bool done = false;
+    std::atomic<bool> done{false};  // set (release) after `result`, once the batch is synced
     int result = 0;
+    std::atomic<uint32_t> wake{0};      // bumped under mu_ when done, or when asked to lead
+    std::atomic<uint32_t> sleepers{0};  // callers asleep on `wake` (raised under mu_)
+    void bump() { wake.fetch_add(1, std::memory_order_relaxed); }  // under mu_
+    // After bump(), with or without mu_: a sleeper that saw the old value is woken.
+    void wake_sleepers() {
+      if (sleepers.load(std::memory_order_relaxed) > 0) futex_wake_all(wake);
+    }
+    void wake_up() {  // under mu_
+      bump();
+      wake_sleepers();
+    }
   };
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+                std::atomic<uint32_t>::is_always_lock_free);
   struct Domain {
     std::string path;
     uint64_t durable = 0;      // synced: admits writes
@@ -208,11 +238,21 @@ class Store final : public StateStore {
 
   // Group commit: whoever finds the journal idle with work queued becomes the leader and writes
   // and syncs everything queued so far; the others wait for their record's batch.
+  // Returns with mu_ released when the record was done by another leader.
   int wait_done(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Op>& op) {
     bool gathered = false;
-    while (!op->done) {
+    while (!op->done.load(std::memory_order_acquire)) {
       if (busy_ || queue_.empty()) {
-        cv_.wait(lk);
+        // Woken by the batch that syncs this record, or to lead the next one: bumps of `wake`
+        // happen under mu_, so none is missed between the unlock and the wait. The done check
+        // after waking needs no mu_, so a batch's callers do not queue up on it.
+        const uint32_t seen = op->wake.load(std::memory_order_relaxed);
+        op->sleepers.fetch_add(1, std::memory_order_relaxed);
+        lk.unlock();
+        futex_wait(op->wake, seen);
+        op->sleepers.fetch_sub(1, std::memory_order_relaxed);
+        if (op->done.load(std::memory_order_acquire)) break;
+        lk.lock();
       } else if (!gathered && queue_.size() < gather_target_) {
         // The callers of the previous batch were all woken together and are coming back with
         // their next records. Leading now would sync whoever queued first and leave the others
@@ -263,7 +303,11 @@ class Store final : public StateStore {
       if (tried_sync) stats_.syncs++;
       if (tried_sync && rc != 0) stats_.sync_failures++;
     }
-    finish(batch, rc);
+    finish(batch, rc, false);
+    // The wake-ups outside mu_: the callers woken do not need it, the next ones to queue do.
+    lk.unlock();
+    for (const auto& op : batch) op->wake_sleepers();
+    lk.lock();
     // Next batch: those already queued plus this batch's callers, who will be back shortly.
     gather_target_ = batch.size() + queue_.size();
     if (rc != 0) {
@@ -272,7 +316,6 @@ class Store final : public StateStore {
       poison();
     } else if (opts_.compact_threshold_bytes > 0 && journal_size_ > opts_.compact_threshold_bytes &&
                journal_size_ >= retry_compaction_at_) {
-      cv_.notify_all();  // this batch is durable: its callers need not wait for the compaction
       bool kept = false;
       if (write_fresh(lk, &kept) != 0) {
         if (!kept) {
@@ -289,8 +332,17 @@ class Store final : public StateStore {
       keep_reserve();
       lk.lock();
     }
+    release_journal();
+  }
+
+  // Under mu_, by the owner of busy_: hands the journal to the callers of the first queued
+  // record (one of them leads the next batch), and to rewrite() or the destructor if waiting.
+  void release_journal() {
     busy_ = false;
     cv_.notify_all();
+    if (!queue_.empty()) {
+      queue_.front()->wake_up();
+    }
   }
 
   // Owner of the journal file (busy_, or during init): extend the allocated room past its end.
@@ -299,11 +351,17 @@ class Store final : public StateStore {
     if (journal_->reserve(end) == 0) reserved_end_ = end;
   }
 
-  // Marks a batch done and moves the durable/pending epochs. Under mu_.
-  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc) {
+  // Marks a batch done and moves the durable/pending epochs. Under mu_. Without wake, the caller
+  // wakes the sleepers of the batch (wake_sleepers) later.
+  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc, bool wake = true) {
     for (const auto& op : batch) {
-      op->done = true;
       op->result = rc;
+      op->done.store(true, std::memory_order_release);
+      if (wake) {
+        op->wake_up();
+      } else {
+        op->bump();
+      }
       auto it = domains_.find(op->rec.id);
       if (it == domains_.end()) continue;
       Domain& d = it->second;
@@ -403,8 +461,8 @@ class Store final : public StateStore {
   size_t gather_target_ = 0;  // records the next batch waits for (briefly): see wait_done
   int gatherers_ = 0;         // would-be leaders waiting for the batch to fill
   std::condition_variable gather_cv_;
-  bool busy_ = false;  // a leader, compaction or rewrite owns the journal file
-  bool poisoned_ = false;
+  bool busy_ = false;                  // a leader, compaction or rewrite owns the journal file
+  std::atomic<bool> poisoned_{false};  // written under mu_
   uint64_t generation_ = 0;
   Incarnation inc_{};
   uint64_t journal_size_ = 0;

@@ -65,6 +65,10 @@ class FakeProcesses : public proc::ProcessInfo {
     std::lock_guard lk(mu_);
     tasks_.at(pid).groups = std::move(g);
   }
+  size_t identity_reads() const {  // identity() calls: /proc reads in the real one
+    std::lock_guard lk(mu_);
+    return identity_reads_;
+  }
   size_t open_handles() const {
     std::lock_guard lk(mu_);
     return handles_.size();
@@ -78,6 +82,7 @@ class FakeProcesses : public proc::ProcessInfo {
   }
   std::optional<proc::Identity> identity(pid_t tid) override {
     std::lock_guard lk(mu_);
+    identity_reads_++;
     auto it = tasks_.find(tid);
     if (it == tasks_.end()) return std::nullopt;
     return proc::Identity{it->second.tgid, it->second.comm};
@@ -137,6 +142,7 @@ class FakeProcesses : public proc::ProcessInfo {
   mutable std::mutex mu_;
   std::map<pid_t, Task> tasks_;
   std::map<int, uint64_t> handles_;
+  size_t identity_reads_ = 0;
   pid_t next_pid_ = 100;
   int next_handle_ = 1000;
   uint64_t next_id_ = 1;

@@ -70,6 +70,18 @@ class FenceTest : public ::testing::Test {
   Caller caller_;
 };
 
+TEST_F(FenceTest, RefusalsBeyondTheRateReadNothingFromProc) {
+  // A flood of refusals from one uid: each is counted, but only those written to the audit trail
+  // (the burst of 200) pay for the /proc read that names the caller.
+  const size_t before = procs_.identity_reads();
+  for (int k = 0; k < 2000; k++) ASSERT_EQ(EPERM, admit(0));
+  EXPECT_EQ(2000u, refused(Reason::Missing));
+  EXPECT_LT(procs_.identity_reads() - before, 400u);
+  EXPECT_GE(procs_.identity_reads() - before, 200u) << "the written ones still name the caller";
+  EXPECT_NE(std::string::npos, audit_text().find("\"comm\":\"job\""));
+  EXPECT_EQ(0, admit(1)) << "the owner is admitted meanwhile";
+}
+
 TEST_F(FenceTest, EveryVerdictOfAnAdmission) {
   EXPECT_EQ(EPERM, admit(0));
   EXPECT_EQ(1u, refused(Reason::Missing));

@@ -3,10 +3,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "journal/format.h"
 #include "journal/journal.h"
 #include "unit/journal/test_util.h"
 
@@ -81,6 +84,112 @@ TEST(GroupCommit, ConcurrentDomainsShareSyncs) {
   s = reopen(t.state(), fs);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(state_of(*s), want);
+}
+
+// Remembers, per file, the bytes its last successful sync covered (after a slow sync, so that
+// batches form), and finds a journal record among them.
+class SyncedBytesLayer : public NoSyncLayer {
+ public:
+  std::unique_ptr<File> open_append(const std::string& path, bool truncate, int* err) override {
+    auto f = NoSyncLayer::open_append(path, truncate, err);
+    if (f == nullptr) return nullptr;
+    auto seen = std::make_shared<Seen>();
+    std::string existing;
+    if (!truncate) posix_file_layer().read_file(path, &existing);
+    seen->written = seen->synced = existing;
+    std::lock_guard lk(mu_);
+    files_.push_back(seen);
+    return std::make_unique<TrackedFile>(std::move(f), seen);
+  }
+
+  // True when a synced ADVANCE of domain `id` to `epoch` is in some journal file.
+  bool synced_advance(uint32_t id, uint64_t epoch) {
+    std::vector<std::shared_ptr<Seen>> files;
+    {
+      std::lock_guard lk(mu_);
+      files = files_;
+    }
+    for (const auto& f : files) {
+      std::string bytes;
+      {
+        std::lock_guard lk(f->mu);
+        bytes = f->synced;
+      }
+      format::FileHeader h;
+      uint32_t chain = 0;
+      if (!format::decode_header(bytes, format::FileKind::kJournal, &h, &chain).empty()) continue;
+      bool found = false;
+      format::scan(bytes, chain, [&](uint64_t, const format::Record& r) {
+        found |= r.type == format::kAdvance && r.id == id && r.epoch == epoch;
+        return std::string();
+      });
+      if (found) return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Seen {
+    std::mutex mu;
+    std::string written, synced;
+  };
+  class TrackedFile : public File {
+   public:
+    TrackedFile(std::unique_ptr<File> f, std::shared_ptr<Seen> s)
+        : f_(std::move(f)), s_(std::move(s)) {}
+    int append(const void* data, size_t len) override {
+      int rc = f_->append(data, len);
+      std::lock_guard lk(s_->mu);
+      if (rc == 0) s_->written.append(static_cast<const char*>(data), len);
+      return rc;
+    }
+    int sync() override {
+      std::string covered;
+      {
+        std::lock_guard lk(s_->mu);
+        covered = s_->written;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      int rc = f_->sync();
+      std::lock_guard lk(s_->mu);
+      if (rc == 0) s_->synced = covered;
+      return rc;
+    }
+    int close() override { return f_->close(); }
+
+   private:
+    std::unique_ptr<File> f_;
+    std::shared_ptr<Seen> s_;
+  };
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Seen>> files_;
+};
+
+// However the callers are woken, nobody returns before the sync that covers its own record.
+TEST(GroupCommit, EveryCallerReturnsAfterTheSyncOfItsRecord) {
+  TempDir t;
+  SyncedBytesLayer fs;
+  auto s = create_store(t.state(), fs, /*threshold=*/0);
+  ASSERT_NE(s, nullptr);
+  const int kThreads = 16, kAdvances = 30;
+  for (int d = 1; d <= kThreads; ++d) ASSERT_EQ(s->add_domain(d, "/d" + std::to_string(d)), 0);
+  std::atomic<int> ready{0}, failures{0}, unsynced{0};
+  std::vector<std::thread> threads;
+  for (int d = 1; d <= kThreads; ++d) {
+    threads.emplace_back([&, d] {
+      ready++;
+      while (ready.load() < kThreads) std::this_thread::yield();
+      for (uint64_t e = 1; e <= kAdvances; ++e) {
+        if (s->advance(d, e) != 0) failures++;
+        if (!fs.synced_advance(d, e)) unsynced++;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(unsynced.load(), 0) << "advances returned before their record was synced";
+  EXPECT_LT(s->stats().syncs, static_cast<uint64_t>(kThreads * kAdvances))
+      << "the batches were shared";
 }
 
 TEST(GroupCommit, ASingleCallerSyncsEveryRecord) {
