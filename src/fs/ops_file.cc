@@ -115,6 +115,9 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
   fi->keep_cache = 0;
   Handle& h = *handle_of(fi);
+  // No FLUSH at close where it could report nothing. Only for direct-I/O handles: at the close of
+  // a cached one the kernel writes back mapped pages, whose refusal close(2) reports.
+  fi->noflush = fi->direct_io && f.flush_is_noop(*h.inode);
   if (writable && (fi->flags & O_ACCMODE) == O_RDWR) f.pagecache.track(h, f.ino_of(h.inode));
 }
 
