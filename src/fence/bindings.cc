@@ -6,6 +6,7 @@ namespace {
 constexpr size_t kMaxCache = 4096;    // cached threads
 constexpr size_t kMaxHandles = 4096;  // fds the cache may hold in all (as many as before)
 constexpr size_t kMaxWatched = 256;   // a longer chain is resolved afresh on every call
+static_assert(kMaxWatched + 1 <= kMaxHandles / 8, "a watched chain fits in a cache shard");
 constexpr int kMaxReparentRetries = 16;
 constexpr size_t kPidMaxLimit = 4194304;  // no chain of live processes is longer (PID_MAX_LIMIT)
 
@@ -14,25 +15,18 @@ constexpr size_t kPidMaxLimit = 4194304;  // no chain of live processes is longe
 Bindings::Bindings(proc::ProcessInfo& procs) : procs_(procs) {}
 
 Bindings::~Bindings() {
-  std::lock_guard lk(cache_mu_);
-  clear_cache_locked();
+  for (Shard& s : shards_) {
+    std::lock_guard lk(s.mu);
+    s.map.clear();
+  }
 }
 
-void Bindings::drop_locked(Resolved& r) {
-  for (int h : r.handles) procs_.close(h);
-  cache_handles_ -= r.handles.size();
-  r.handles.clear();
+Bindings::Resolved::~Resolved() {
+  for (int h : handles) procs.close(h);
+  open.fetch_sub(handles.size());
 }
 
-void Bindings::clear_cache_locked() {
-  for (auto& [tid, r] : cache_) drop_locked(r);
-  cache_.clear();
-}
-
-size_t Bindings::cached_handles() const {
-  std::lock_guard lk(cache_mu_);
-  return cache_handles_;
-}
+size_t Bindings::cached_handles() const { return cache_handles_.load(); }
 
 bool Bindings::alive_locked(pid_t pid, const Entry& e) {
   int h = procs_.open(pid, false);
@@ -157,17 +151,24 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
 Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
   if (empty_.load(std::memory_order_acquire) || tid <= 0) return 0;
   uint64_t gen = gen_.load(std::memory_order_acquire);
+  Shard& s = shard(tid);
+  std::shared_ptr<const Resolved> hit;
   {
-    std::lock_guard lk(cache_mu_);
-    auto it = cache_.find(tid);
-    if (it != cache_.end()) {
-      Resolved& r = it->second;
-      if (r.gen == gen && !procs_.any_exited(r.handles.data(), r.handles.size())) {
-        auto t = r.tokens.find(domain);
-        return t == r.tokens.end() ? 0 : t->second;
-      }
-      drop_locked(r);
-      cache_.erase(it);
+    std::lock_guard lk(s.mu);
+    auto it = s.map.find(tid);
+    if (it != s.map.end()) hit = it->second;
+  }
+  if (hit) {
+    // Polled outside the lock: `hit` keeps its handles open meanwhile (see the header).
+    if (hit->gen == gen && !procs_.any_exited(hit->handles.data(), hit->handles.size())) {
+      auto t = hit->tokens.find(domain);
+      return t == hit->tokens.end() ? 0 : t->second;
+    }
+    std::lock_guard lk(s.mu);
+    auto it = s.map.find(tid);
+    if (it != s.map.end() && it->second == hit) {
+      s.handles -= hit->handles.size();
+      s.map.erase(it);
     }
   }
   // The thread's handle first: if it dies during the walk, the handle says so.
@@ -183,19 +184,24 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
     for (int h : watch) procs_.close(h);
     return result;
   }
-  Resolved r;
-  r.handles.reserve(watch.size() + 1);
-  r.handles.push_back(th);
-  r.handles.insert(r.handles.end(), watch.begin(), watch.end());
-  r.gen = gen;
-  r.tokens = std::move(tokens);
-  std::lock_guard lk(cache_mu_);
-  if (cache_.size() >= kMaxCache || cache_handles_ + r.handles.size() > kMaxHandles)
-    clear_cache_locked();
-  auto [it, inserted] = cache_.try_emplace(tid);
-  if (!inserted) drop_locked(it->second);
-  cache_handles_ += r.handles.size();
+  auto r = std::make_shared<Resolved>(procs_, cache_handles_);
+  r->handles.reserve(watch.size() + 1);
+  r->handles.push_back(th);
+  r->handles.insert(r->handles.end(), watch.begin(), watch.end());
+  cache_handles_.fetch_add(r->handles.size());
+  r->gen = gen;
+  r->tokens = std::move(tokens);
+  size_t n = r->handles.size();
+  std::lock_guard lk(s.mu);
+  // Bounded per shard; entries still in use close their handles when their last user is done.
+  if (s.map.size() >= kMaxCache / kShards || s.handles + n > kMaxHandles / kShards) {
+    s.map.clear();
+    s.handles = 0;
+  }
+  auto [it, inserted] = s.map.try_emplace(tid);
+  if (!inserted) s.handles -= it->second->handles.size();
   it->second = std::move(r);
+  s.handles += n;
   return result;
 }
 

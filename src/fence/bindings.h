@@ -5,6 +5,17 @@
 // Resolutions are cached per thread and dropped when the thread, or any ancestor up to the
 // farthest one that gave a token, exits: its descendants are then reparented (to a subreaper
 // or init, always an existing ancestor) and resolve again along their new, shorter chain.
+//
+// Why a cached resolution never outlives its processes, pid reuse included: the cache is keyed
+// by the calling thread's id, and an entry holds handles (pidfds) on that thread and on each
+// ancestor up to the farthest one that gave a token. A handle names one task forever; it never
+// follows a recycled id. Every use polls those handles (one poll(2)), synchronously, before the
+// token is returned, and any bind or unbind moves the generation the entry was computed at. So
+// if the thread's id now belongs to another thread, or an ancestor exited (its handle reports
+// the exit from the step of exit(2) that reparents its children), the entry is dropped and the
+// chain walked afresh. An entry is shared (reference counted) by the requests using it, so its
+// handles stay open until the last one has polled them: evicting it concurrently can never let a
+// poll see an fd number already reused for something else.
 #pragma once
 #include <sys/types.h>
 
@@ -12,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
@@ -54,18 +66,31 @@ class Bindings {
 
  private:
   struct Resolved {
-    std::vector<int> handles;  // the thread, then ancestors up to the farthest contributor
-    uint64_t gen = 0;          // bindings generation the result was computed at
+    Resolved(proc::ProcessInfo& p, std::atomic<size_t>& count) : procs(p), open(count) {}
+    ~Resolved();  // closes the handles
+    Resolved(const Resolved&) = delete;
+    Resolved& operator=(const Resolved&) = delete;
+    proc::ProcessInfo& procs;
+    std::atomic<size_t>& open;  // handles held by all entries
+    std::vector<int> handles;   // the thread, then ancestors up to the farthest contributor
+    uint64_t gen = 0;           // bindings generation the result was computed at
     std::map<uint32_t, Epoch> tokens;
   };
+  // The cache, split by thread id so that concurrent requests rarely share a mutex; the mutex
+  // guards only the map, never a poll.
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<pid_t, std::shared_ptr<const Resolved>> map;
+    size_t handles = 0;  // held by the entries in `map`
+  };
+  static constexpr size_t kShards = 8;
+  Shard& shard(pid_t tid) { return shards_[static_cast<size_t>(tid) % kShards]; }
   // Resolves the chain of `tid`; *watch receives handles of the processes whose exit changes
   // the result (caller closes them), unless the chain is too long to watch (*cacheable false).
   // False when the caller vanished meanwhile.
   bool walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch, bool* cacheable);
   bool alive_locked(pid_t pid, const Entry& e);
   void sweep_dead_locked();
-  void drop_locked(Resolved& r);
-  void clear_cache_locked();
 
   proc::ProcessInfo& procs_;
   mutable std::shared_mutex mu_;  // bindings_
@@ -74,9 +99,8 @@ class Bindings {
   std::atomic<uint64_t> gen_{1};
   std::atomic<bool> empty_{true};
 
-  mutable std::mutex cache_mu_;
-  std::unordered_map<pid_t, Resolved> cache_;
-  size_t cache_handles_ = 0;
+  Shard shards_[kShards];
+  std::atomic<size_t> cache_handles_{0};
 };
 
 }  // namespace fencefs::fence

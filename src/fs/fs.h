@@ -146,6 +146,9 @@ class Fs {
   Epoch token_for(fuse_req_t req, Domain& d);
 
   std::string proc_path(int fd) const;  // "/proc/self/fd/N"
+  // close(2) of an fd of this inode in BACKING can report nothing (a local filesystem with no
+  // flush operation): a FLUSH request would be a round trip for nothing.
+  bool flush_is_noop(const Inode& i) const { return flush_noop_ && i.dev == root_.dev; }
   bool is_state_name(Inode& parent, const char* name) const;
 
   // Writable handles that may map their file shared, and the cached pages of refused writes.
@@ -184,6 +187,7 @@ class Fs {
   size_t fd_soft_limit_ = 0;
   std::unique_ptr<FdBudget> budget_;
   std::atomic<bool> reclaiming_{false};
+  bool flush_noop_ = false;
 };
 
 // Pins the inodes of one request for the handler's duration.

@@ -1,9 +1,11 @@
 // The inode table, domains and stamps of inodes, credentials of the caller.
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
 #include <sys/fsuid.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -48,6 +50,21 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
   budget_ = std::make_unique<FdBudget>(limit);
+  // Filesystems whose regular files have no flush operation: close(2) reports nothing there
+  // (NFS, CIFS, FUSE and the like report write-back errors at close, so they keep FLUSH).
+  struct statfs sfs;
+  if (fstatfs(root_fd, &sfs) == 0) {
+    switch (static_cast<unsigned long>(sfs.f_type)) {
+      case TMPFS_MAGIC:
+      case EXT4_SUPER_MAGIC:
+      case XFS_SUPER_MAGIC:
+      case BTRFS_SUPER_MAGIC:
+        flush_noop_ = true;
+        break;
+      default:
+        break;
+    }
+  }
   root_.fd = root_fd;
   root_.dev = st.st_dev;
   root_.ino = st.st_ino;

@@ -257,7 +257,8 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
   if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
-  f.renamed(p, name, np, newname, flags, d1 != d2 ? d2 : nullptr, t2);
+  // Within one directory no entry changes parent (or domain): nothing to record.
+  if (&p != &np) f.renamed(p, name, np, newname, flags, d1 != d2 ? d2 : nullptr, t2);
   fuse_reply_err(req, 0);
 }
 

@@ -115,6 +115,9 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
   fi->keep_cache = 0;
   Handle& h = *handle_of(fi);
+  // No FLUSH at close where it could report nothing. Only for direct-I/O handles: at the close of
+  // a cached one the kernel writes back mapped pages, whose refusal close(2) reports.
+  fi->noflush = fi->direct_io && f.flush_is_noop(*h.inode);
   if (writable && (fi->flags & O_ACCMODE) == O_RDWR) f.pagecache.track(h, f.ino_of(h.inode));
 }
 
@@ -167,8 +170,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 // name in BACKING since is met here, with root's privileges: never follow a symlink, never open
 // (and block on) a FIFO or device, and open an existing file only with the caller's own
 // permissions, which the kernel has not checked. Returns the fd, or -1 with *err.
-static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mode, int fl,
-                          int* err) {
+static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mode, int fl, int* err,
+                          bool* created) {
   Fs& f = fs(req);
   int flags = (fl | O_CREAT) & ~(O_NOFOLLOW | O_APPEND | O_DIRECT | O_EXCL);
   int fd;
@@ -180,6 +183,7 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
       fd = openat(p.fd, name, flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     }
   }
+  *created = fd >= 0;
   if (fd >= 0) return fd;
   *err = errno;
   if (*err != EEXIST || (fl & O_EXCL)) return -1;
@@ -225,11 +229,12 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     }
   } uncharge{f, fuse_req_ctx(req)->uid};
   int fd = -1;
+  bool created = false;
   fuse_entry_param e;
   // The name may change in BACKING at any moment: retry (a few times) until the entry looked up
   // is the file opened.
   for (int attempt = 0; fd < 0 && attempt < 4; attempt++) {
-    fd = create_or_open(req, p, name, mode, fi->flags, &err);
+    fd = create_or_open(req, p, name, mode, fi->flags, &err, &created);
     if (fd < 0) {
       if (err == ENOENT) continue;  // appeared, then vanished: create again
       return (void)fuse_reply_err(req, err);
@@ -248,6 +253,11 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
+  if (created) {  // made just now: it carries no stamp yet, nothing to read
+    std::lock_guard lk(inode_mutex(i));
+    i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
+    i.stamp.store(0, std::memory_order_release);
+  }
   // Stamped now, under the admission: a holder superseded before it closes does not restamp.
   f.stamp(i, fd, a.token(), *d);
   Handle* h = new_handle(req, fd, i, d, a.token(), true);

@@ -198,3 +198,35 @@ TEST(Revocation, RecycledPidPresentsNoToken) {
   }
   EXPECT_EQ(5, recycled) << "could not get pids recycled";
 }
+
+// Same, after the binder used its binding: its resolution is cached under its pid, and the process
+// that gets the pid next must not find it there.
+TEST(Revocation, RecycledPidDoesNotInheritACachedResolution) {
+  Mount m;
+  int recycled = 0;
+  for (int attempt = 0; attempt < 100 && recycled < 5; attempt++) {
+    std::string mine = m.path("by-binder-" + std::to_string(attempt));
+    pid_t binder = fork();
+    if (binder == 0) {
+      if (m.ctl("bind / 1")) _exit(1);
+      _exit(mkdir(mine.c_str(), 0755) == 0 ? 0 : 2);  // resolves, and caches, its token
+    }
+    int st;
+    waitpid(binder, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << WEXITSTATUS(st);
+    spit("/proc/sys/kernel/ns_last_pid", std::to_string(binder - 1));
+    pid_t again = fork();
+    if (again == 0) {
+      if (getpid() != binder) _exit(200);
+      _exit(E(mkdir(m.path("recycled").c_str(), 0755)));
+    }
+    waitpid(again, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 200) continue;
+    recycled++;
+    EXPECT_EQ(EPERM, WEXITSTATUS(st))
+        << "the process with pid " << binder << " used its dead predecessor's cached token";
+  }
+  EXPECT_EQ(5, recycled) << "could not get pids recycled";
+  EXPECT_EQ(-1, access(m.path("recycled").c_str(), F_OK));
+}
