@@ -525,7 +525,9 @@ TEST(Readiness, StatusAndMetricsNameThePidMountAndUptime) {
                          "\",pid=\"" + std::to_string(m.daemon_pid()) + "\"} 1"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("fencefs_start_time_seconds "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fencefs_start_time_seconds{mount=\"" + m.mnt() + "\"} "),
+            std::string::npos)
+      << metrics;
 }
 
 // ---------------------------------------------------------------------------------------------
