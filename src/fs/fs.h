@@ -94,6 +94,7 @@ struct Options {
   std::string mountpoint;  // canonical
   double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
   bool stamps = true;      // the backing supports trusted.* xattrs
+  bool list_xattrs = false;  // listxattr names the user.fencefs.* attributes (-o list_xattrs)
 };
 
 class Fs {

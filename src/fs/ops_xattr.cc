@@ -1,5 +1,6 @@
-// Extended attributes. user.fencefs.* are virtual, read-only and listed; trusted.fencefs.* hold the
-// stamps in BACKING and are neither visible nor writable through the mount.
+// Extended attributes. user.fencefs.* are virtual and read-only (listed with -o list_xattrs);
+// trusted.fencefs.* hold the stamps in BACKING and are neither visible nor writable through the
+// mount.
 #include <sys/xattr.h>
 
 #include <cstring>
@@ -103,7 +104,9 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
     if (!reserved(nm)) out.append(nm, len + 1);
     p += len + 1;
   }
-  for (auto& [nm, v] : inspection(req, f, i)) out.append(nm, strlen(nm) + 1);
+  // Opt-in: tools that copy xattrs (rsync -X) remove names the source lacks, and these refuse.
+  if (f.opts().list_xattrs)
+    for (auto& [nm, v] : inspection(req, f, i)) out.append(nm, strlen(nm) + 1);
   reply_value(req, out, size);
 }
 

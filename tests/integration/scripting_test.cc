@@ -151,15 +151,14 @@ TEST(ControlFile, TwoLinesInOneWriteAreRefusedAndNothingIsApplied) {
 // Which token a caller presents: user.fencefs.token and fencectl whoami.
 
 TEST(Whoami, TheTokenAttributeIsTheCallersOwn) {
-  Mount m([] { return std::vector<std::string>{}; }(),
-          [](const std::string& b) { spit(b + "/f", "x"); });
+  Mount m({"-o", "list_xattrs"}, [](const std::string& b) { spit(b + "/f", "x"); });
   EXPECT_EQ("ERR:" + std::string(strerror(ENODATA)), xattr(m.path("f"), "user.fencefs.token"));
   EXPECT_EQ(0, as_job(m, 3, [&] {
               if (xattr(m.path("f"), "user.fencefs.token") != "3") return 1;
               // A descendant presents its ancestor's token.
               return in_child([&] { return xattr(m.mnt(), "user.fencefs.token") == "3" ? 0 : 2; });
             }));
-  // Listed with the other inspection attributes, for getfattr -d.
+  // With -o list_xattrs, listed with the other inspection attributes, for getfattr -d.
   int st = -1;
   std::string out =
       sh_out(kCtl + " run --mount " + q(m.mnt()) +
@@ -175,6 +174,31 @@ TEST(Whoami, TheTokenAttributeIsTheCallersOwn) {
   EXPECT_EQ(std::string::npos, out.find("user.fencefs.token")) << "unbound: no token listed\n"
                                                                << out;
   EXPECT_EQ(std::string::npos, out.find("trusted.fencefs")) << out;
+}
+
+// By default listxattr leaves them out: rsync -X would try to remove them from every file it
+// copies into the mount, and fail (exit 23).
+TEST(Whoami, ListedOnlyWithListXattrsSoThatRsyncXWorks) {
+  Mount m([] { return std::vector<std::string>{}; }(),
+          [](const std::string& b) {
+            ::mkdir((b + "/../src").c_str(), 0755);
+            spit(b + "/../src/f", "x");
+            setxattr((b + "/../src/f").c_str(), "user.k", "v", 1, 0);
+          });
+  int st = -1;
+  std::string out =
+      sh_out(kCtl + " run --mount " + q(m.mnt()) + " --domain / --token 2 -- rsync -aX " +
+                 q(m.root() + "/src/") + " " + q(m.path("r/")) + " 2>&1",
+             &st);
+  EXPECT_EQ(0, st) << out;
+  out = sh_out(kCtl + " run --mount " + q(m.mnt()) + " --domain / --token 2 -- rsync -aXI " +
+                   q(m.root() + "/src/") + " " + q(m.path("r/")) + " 2>&1",
+               &st);
+  EXPECT_EQ(0, st) << "a second pass over existing files: " << out;
+  EXPECT_EQ("v", xattr(m.path("r/f"), "user.k"));
+  EXPECT_EQ("2", xattr(m.path("r/f"), "user.fencefs.epoch")) << "still readable by name";
+  EXPECT_EQ(std::string::npos,
+            sh_out("getfattr -d -m - " + q(m.path("r/f")) + " 2>/dev/null").find("user.fencefs."));
 }
 
 TEST(Whoami, InspectionAttributesCannotBeWrittenOrRemoved) {
