@@ -3,7 +3,7 @@ _fencectl() {
   local cur prev cmd
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
-  local commands="run advance sign domain status audit verify recover"
+  local commands="run advance sign domain status whoami audit verify recover"
   if [ "$COMP_CWORD" -eq 1 ]; then
     COMPREPLY=($(compgen -W "$commands --help --version" -- "$cur"))
     return
@@ -35,6 +35,7 @@ _fencectl() {
     sign) opts="--key --domain --epoch --help" ;;
     domain) opts="add --mount --help" ;;
     status) opts="--mount --json --help" ;;
+    whoami) opts="--json --help" ;;
     audit) opts="--mount --state --domain --since --decision --verbose --json --follow --summary --help" ;;
     verify) opts="--state --json --quiet --help" ;;
     recover) opts="--state --floor --backing --json --help" ;;

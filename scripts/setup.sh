@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs what fencefs needs (Debian packages, only when missing) and builds into build/.
+# Installs what fencefs needs (Debian packages, only when missing) and builds what a user needs
+# into build/: fencefs and fencectl (the man pages, unit and completion are installed from the
+# tree by `cmake --install build --strip`). scripts/test.sh builds the test suites.
 # Usage: scripts/setup.sh [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +13,7 @@ PKGS=(
   attr rsync sqlite3 lmdb-utils tar fio fiu-utils libfiu-dev e2fsprogs openssl
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
   libcurl4-openssl-dev etcd-server etcd-client
-  systemd man-db groff-base jq
+  systemd man-db groff-base jq file prometheus
 )
 
 missing=()
@@ -32,5 +34,5 @@ fi
 
 BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo}
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$BUILD_TYPE" >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target fencefs fencectl
 echo "setup: built build/fencefs and build/fencectl"

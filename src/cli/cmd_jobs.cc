@@ -19,6 +19,7 @@
 #include "cli/options.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "ctl/protocol.h"
 #include "fence/token.h"
 
 namespace fencefs::cli {
@@ -51,7 +52,8 @@ int cmd_advance(const Args& args) {
   std::string reply;
   if (force) {
     // Rare and issuer-only: through the control file, which carries the force flag.
-    err = send_command(root, "advance " + pos[0] + " " + pos[1] + " force", &reply);
+    err = send_command(root, "advance " + ctl::quote_domain(pos[0]) + " " + pos[1] + " force",
+                       &reply);
   } else {
     // An ioctl on the domain's directory: no lock shared with other writers of the control file.
     DomainHandle dh;
@@ -108,7 +110,7 @@ int cmd_domain(const Args& args) {
     return exit_code::kFailed;
   }
   std::string reply;
-  int err = send_command(root, "domain add " + rel, &reply);
+  int err = send_command(root, "domain add " + ctl::quote_domain(rel), &reply);
   if (err) {
     fail(fmt::format("domain add {} refused: {} ({})", rel, errname(err), reply));
     return exit_code::from_errno(err);

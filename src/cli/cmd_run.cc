@@ -25,6 +25,7 @@
 #include "cli/exit_codes.h"
 #include "cli/fence_ioctl.h"
 #include "common/error.h"
+#include "ctl/protocol.h"
 #include "etcd/lock_service.h"
 #include "fence/token.h"
 
@@ -446,7 +447,8 @@ int cmd_run(const Args& args) {
   } else {
     std::string reply;
     int err =
-        via_ctl ? send_command(root, "bind " + o.domain + " " + o.token, &reply) : dh.bind(o.token);
+        via_ctl ? send_command(root, "bind " + ctl::quote_domain(o.domain) + " " + o.token, &reply)
+                : dh.bind(o.token);
     if (err) {
       fail(fmt::format("run: bind {} {} refused: {}{}", o.domain, o.token, explain_errno(err),
                        reply.empty() ? "" : " (" + reply + ")"));

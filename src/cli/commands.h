@@ -16,6 +16,7 @@ int cmd_recover(const Args& args);
 int cmd_verify(const Args& args);
 int cmd_audit(const Args& args);
 int cmd_lease(const Args& args);
+int cmd_whoami(const Args& args);
 
 // Shared helpers.
 [[noreturn]] void usage_error(const std::string& msg);  // prints, exits kUsage

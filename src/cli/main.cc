@@ -32,6 +32,8 @@ Coordinators:
         print a signed token EPOCH.SIGNATURE that anyone may bind (mount option token_key).
   domain add PATH
         declare the existing directory PATH (inside a mount) a domain with its own epoch.
+  whoami [PATH] [--json]
+        the domain of PATH (default .), its epoch, and the token this shell presents there.
 Operators:
   status --mount M [--json]             domains, epochs, counters and bound processes
   audit (--mount M | --state DIR) [--domain D] [--since TIME] [--decision D[,D...]] [-v] [--json]
@@ -116,5 +118,6 @@ int main(int argc, char* argv[]) {
   if (cmd == "verify") return cmd_verify(args);
   if (cmd == "audit") return cmd_audit(args);
   if (cmd == "lease") return cmd_lease(args);
+  if (cmd == "whoami") return cmd_whoami(args);
   usage_error("unknown command '" + cmd + "'");
 }

@@ -31,6 +31,12 @@ const std::vector<CommandSpec>& commands() {
        "Declare the existing directory PATH (inside a mount) a domain with its own epoch.",
        {{"mount", 'm', "M", "the mount (default: the one holding PATH)"}},
        "The new domain starts at epoch 0. Issuers only.\n"},
+      {"whoami",
+       "[PATH] [--json]",
+       "The domain of PATH (default: the current directory), its epoch, and the token this\n"
+       "process, and so the shell that started it, presents there.",
+       {{"json", 0, nullptr, "print one JSON object (epochs and tokens also as strings)"}},
+       "Reads the attributes user.fencefs.domain, .epoch and .token of PATH.\n"},
       {"status",
        "--mount M [--json]",
        "Domains, epochs, counters and bound processes of a mount.",

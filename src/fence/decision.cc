@@ -37,8 +37,8 @@ Decision decide(const Request& r) {
                       "'bind DOMAIN TOKEN' to .fencefs/ctl)");
       return refuse(v, EINVAL, Reason::Malformed, "no token");
     case Verdict::Stale:
-      // A bound or rebound token may be stale: the mutations presenting it are refused.
-      if (!mutation && !advance) break;
+      // Refused at bind time as well: a superseded owner learns it before it writes. A token
+      // bound while current and superseded later is still refused at each mutation.
       return refuse(v, ESTALE, Reason::Stale,
                     fmt::format("stale token {} < epoch {}", r.token, r.epoch));
     case Verdict::TooFar:

@@ -112,7 +112,8 @@ class Fence {
   // The rule applied to a request of this kind against d's current epoch (decision.h).
   Decision decide(RequestKind kind, const Domain& d, Epoch token, bool force = false,
                   bool stale_handle = false) const;
-  // ERANGE when a bound token would be more than max_jump above d's epoch (decide(Bind)).
+  // ESTALE or ERANGE when a token may not be bound now: below the epoch, or more than max_jump
+  // above it (decide(Bind)).
   int check_jump(const Domain& d, Epoch token, std::string* why) const;
 
   // The one way to refuse: logs, audits and counts (per domain and reason, once per refused

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/prometheus.h"
 #include "ctl/protocol.h"
 #include "fencefs/ioctl.h"
 #include "fs/ops.h"
@@ -175,29 +176,33 @@ void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off) {
   std::string part;
   {
     std::lock_guard lk(h.content_mu);  // a concurrent ctl write replaces it
+    if (off >= h.content_base) off -= h.content_base;
     if (off >= 0 && static_cast<size_t>(off) < h.content.size())
       part = h.content.substr(static_cast<size_t>(off), size);
   }
   fuse_reply_buf(req, part.data(), part.size());
 }
 
-static void set_content(Handle& h, std::string text) {
+static void set_content(Handle& h, std::string text, off_t base) {
   std::lock_guard lk(h.content_mu);
   h.content = std::move(text);
+  h.content_base = base;
 }
 
-void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size) {
+void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size, off_t off) {
   Fs& f = fs(req);
   if (h.inode->kind != Kind::CtlFile) return (void)fuse_reply_err(req, EACCES);
+  // A refused write leaves the file offset where it was; an accepted one moves it past the command.
   ctl::ParseResult p = ctl::parse_command(std::string_view(buf, size));
   if (!p.ok) {
-    set_content(h, "error: " + p.error + "\n");
+    set_content(h, "error: " + p.error + "\n", off);
     refuse_ctl(f, f.caller(req), "ctl", fence::Reason::Malformed, nullptr, "", "", EINVAL, p.error);
     return (void)fuse_reply_err(req, EINVAL);
   }
   std::string reply;
   int err = execute(req, p.command, &reply);
-  set_content(h, (err ? "error: " : "ok: ") + reply + "\n");
+  set_content(h, (err ? "error: " : "ok: ") + reply + "\n",
+              err ? off : off + static_cast<off_t>(size));
   if (err) return (void)fuse_reply_err(req, err);
   fuse_reply_write(req, size);
 }
@@ -478,7 +483,20 @@ std::string Fs::render_metrics() {
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
   out += fmt::format("fencefs_inodes {}\n", n_inodes.load());
-  return out;
+  out += fmt::format(
+      "# HELP fencefs_build_info The fencefs build serving this mount (value 1).\n"
+      "# TYPE fencefs_build_info gauge\nfencefs_build_info{{version=\"{}\",libfuse=\"{}\"}} 1\n",
+      FENCEFS_VERSION, label(fuse_pkgversion()));
+  out +=
+      "# HELP fencefs_last_advance_timestamp_seconds When each domain's epoch last advanced "
+      "(Unix time; domains not advanced since the daemon started are absent).\n"
+      "# TYPE fencefs_last_advance_timestamp_seconds gauge\n";
+  for (Domain* d : domains)
+    if (int64_t ns = d->last_advance_unix_ns.load())
+      out += fmt::format("fencefs_last_advance_timestamp_seconds{{domain=\"{}\"}} {:.3f}\n",
+                         label(d->path), static_cast<double>(ns) / 1e9);
+  // Every series names its mount: the pages of several mounts can be merged into one scrape.
+  return common::prom_with_label(out, "mount", opts_.mountpoint);
 }
 
 }  // namespace fencefs::fs

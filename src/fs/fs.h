@@ -86,6 +86,9 @@ struct Handle {
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;
   std::string content;
+  // Where a read(2) finds the reply: the file offset after the command's write, so that
+  // `exec 3<>ctl; echo CMD >&3; cat <&3` shows the whole reply (pread at 0 does too).
+  off_t content_base = 0;
 };
 
 struct Options {
@@ -94,6 +97,7 @@ struct Options {
   std::string mountpoint;  // canonical
   double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
   bool stamps = true;      // the backing supports trusted.* xattrs
+  bool list_xattrs = false;  // listxattr names the user.fencefs.* attributes (-o list_xattrs)
 };
 
 class Fs {
@@ -245,7 +249,7 @@ void drop_resource_override();
 void ctl_lookup(fuse_req_t req, Inode& parent, const char* name);
 void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi);
 void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off);
-void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size);
+void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size, off_t off);
 void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus);
 int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size);
 int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size);

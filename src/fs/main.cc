@@ -84,6 +84,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
     nonempty           allow a mountpoint that holds files (they are hidden while mounted)
     takeover           mount although BACKING/.fencefs/owner names a mount on another host
                        (only when that host is down or its daemon is gone)
+    list_xattrs        list the user.fencefs.* attributes in listxattr (getfattr -d); off by
+                       default: rsync -X would try to remove them on every file it copies
 
 A backing and a state directory are served by one daemon at a time: a second fencefs on
 either refuses to start (see `man fencefs`, "One daemon per backing").
@@ -128,6 +130,7 @@ struct Args {
   int verbose = 0;
   int nonempty = 0;
   int takeover = 0;
+  int list_xattrs = 0;
   int help = 0;
   int version = 0;
   std::string backing;
@@ -174,6 +177,7 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"isolation=%s", offsetof(Args, isolation), 0},
                            {"nonempty", offsetof(Args, nonempty), 1},
                            {"takeover", offsetof(Args, takeover), 1},
+                           {"list_xattrs", offsetof(Args, list_xattrs), 1},
                            FUSE_OPT_KEY("-h", KEY_HELP),
                            FUSE_OPT_KEY("--help", KEY_HELP),
                            FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -506,6 +510,7 @@ int main(int argc, char* argv[]) {
   fopts.backing = backing;
   fopts.state_dir = state;
   fopts.mountpoint = mnt;
+  fopts.list_xattrs = a.list_xattrs != 0;
   std::optional<cluster::Options> cluster_opts;
   if (cluster_mode) {
     cluster_opts = cluster_options(a, backing, mnt, state);

@@ -310,7 +310,7 @@ static void drop_privs(fuse_req_t req, Handle& h) {
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
               fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
-  if (h.inode->kind != Kind::Real) return ctl_write(req, h, data, size);
+  if (h.inode->kind != Kind::Real) return ctl_write(req, h, data, size, off);
   Fs& f = fs(req);
   fence::Admission a;
   int err = fi->writepage ? admit_writeback(req, h, &a) : admit_handle(req, h, "write", &a);

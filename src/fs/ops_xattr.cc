@@ -1,9 +1,12 @@
-// Extended attributes. user.fencefs.* are virtual and read-only; trusted.fencefs.* hold the
-// stamps in BACKING and are neither visible nor writable through the mount.
+// Extended attributes. user.fencefs.* are virtual and read-only (listed with -o list_xattrs);
+// trusted.fencefs.* hold the stamps in BACKING and are neither visible nor writable through the
+// mount.
 #include <sys/xattr.h>
 
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "fs/ops.h"
 
@@ -16,6 +19,18 @@ bool is_trusted_fencefs(const char* name) {
 
 bool reserved(const char* name) {
   return strncmp(name, "user.fencefs.", 13) == 0 || is_trusted_fencefs(name);
+}
+
+// The inspection attributes user.fencefs.* of a real inode, as this caller sees them: the domain's
+// epoch and path, the file's last stamp, and the token the caller presents there (each only when
+// it has a value). getxattr and listxattr both read this one list.
+std::vector<std::pair<const char*, std::string>> inspection(fuse_req_t req, Fs& f, Inode& i) {
+  Domain& d = f.domain_of(i);
+  std::vector<std::pair<const char*, std::string>> out = {
+      {"user.fencefs.epoch", std::to_string(d.epoch.load())}, {"user.fencefs.domain", d.path}};
+  if (Epoch s = f.stamp_of(i)) out.emplace_back("user.fencefs.last_epoch", std::to_string(s));
+  if (Epoch t = f.token_for(req, d)) out.emplace_back("user.fencefs.token", std::to_string(t));
+  return out;
 }
 
 void reply_value(fuse_req_t req, const std::string& v, size_t size) {
@@ -59,15 +74,8 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
   Inode& i = *f.inode(ino);
   if (strncmp(name, "user.fencefs.", 13) == 0) {
     if (is_virtual(i)) return (void)fuse_reply_err(req, ENODATA);
-    std::string key = name + 13;
-    Domain& d = f.domain_of(i);
-    if (key == "epoch") return reply_value(req, std::to_string(d.epoch.load()), size);
-    if (key == "domain") return reply_value(req, d.path, size);
-    if (key == "last_epoch") {
-      Epoch s = f.stamp_of(i);
-      if (s == 0) return (void)fuse_reply_err(req, ENODATA);
-      return reply_value(req, std::to_string(s), size);
-    }
+    for (auto& [n, v] : inspection(req, f, i))
+      if (!strcmp(n, name)) return reply_value(req, v, size);
     return (void)fuse_reply_err(req, ENODATA);
   }
   if (is_virtual(i) || is_trusted_fencefs(name)) return (void)fuse_reply_err(req, ENODATA);
@@ -93,9 +101,12 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   for (size_t p = 0; p < static_cast<size_t>(n);) {
     const char* nm = raw.data() + p;
     size_t len = strlen(nm);
-    if (!is_trusted_fencefs(nm)) out.append(nm, len + 1);
+    if (!reserved(nm)) out.append(nm, len + 1);
     p += len + 1;
   }
+  // Opt-in: tools that copy xattrs (rsync -X) remove names the source lacks, and these refuse.
+  if (f.opts().list_xattrs)
+    for (auto& [nm, v] : inspection(req, f, i)) out.append(nm, strlen(nm) + 1);
   reply_value(req, out, size);
 }
 

@@ -1,5 +1,5 @@
 // libFuzzer target for the control-line and token parsers (src/ctl/protocol.cc,
-// src/fence/token.cc).
+// src/fence/token.cc), quoted domains with spaces and UTF-8 included.
 //
 // Every input is fed, whole, to parse_command, parse_token, parse_token_text, valid_domain_path
 // and verify, and the results are checked against independent oracles and round-trip invariants.
@@ -99,11 +99,18 @@ void check_domain(std::string_view s) {
   FUZZ_CHECK(s.find("//") == std::string_view::npos);
   FUZZ_CHECK(s.find("/./") == std::string_view::npos && s.find("/../") == std::string_view::npos);
   FUZZ_CHECK(!s.ends_with("/.") && !s.ends_with("/.."));
-  // A valid domain that fits in a command is accepted by the protocol, unchanged.
-  const std::string line = "unbind " + std::string(s) + "\n";
-  if (line.size() <= fencefs::ctl::kMaxCommandBytes) {
+  FUZZ_CHECK(s.find_first_of(std::string_view("\0\n\r\t", 4)) == std::string_view::npos);
+  // A valid domain that fits in a command is accepted by the protocol, unchanged: written as
+  // format_command writes it (quoted when it has spaces or UTF-8) in every command that takes one.
+  Command c;
+  c.domain = std::string(s);
+  for (Verb v : {Verb::Unbind, Verb::DomainAdd, Verb::Bind, Verb::Advance}) {
+    c.verb = v;
+    c.token.epoch = v == Verb::Bind || v == Verb::Advance ? 7 : 0;
+    const std::string line = fencefs::ctl::format_command(c);
+    if (line.size() > fencefs::ctl::kMaxCommandBytes) continue;
     const ParseResult r = fencefs::ctl::parse_command(line);
-    FUZZ_CHECK(r.ok && r.command.domain == s);
+    FUZZ_CHECK(r.ok && same_command(r.command, c));
   }
 }
 
@@ -126,15 +133,19 @@ void check_command(std::string_view s) {
     FUZZ_CHECK(c.token.epoch == 0 && c.token.signature.empty());
   }
   FUZZ_CHECK(!c.force || c.verb == Verb::Advance);
-  // The grammar has one spelling per command: the input is the canonical form, give or take "\n".
+  // Without quotes the grammar has one spelling per command: the input is the canonical form,
+  // give or take "\n". Quoting is needed only for spaces and UTF-8, and optional otherwise.
   const std::string canonical = fencefs::ctl::format_command(c);
-  FUZZ_CHECK(canonical == s || canonical == std::string(s) + "\n");
-  // Re-serialising and re-parsing gives back the same command.
+  if (s.find('"') == std::string_view::npos)
+    FUZZ_CHECK(canonical == s || canonical == std::string(s) + "\n");
+  // Re-serialising and re-parsing gives back the same command, and the canonical form is stable.
   const ParseResult again = fencefs::ctl::parse_command(canonical);
   FUZZ_CHECK(again.ok && same_command(again.command, c));
-  // Every accepted buffer is a single line of printable ASCII.
+  FUZZ_CHECK(fencefs::ctl::format_command(again.command) == canonical);
+  // Every accepted buffer is a single line; outside a quoted DOMAIN it is printable ASCII.
   const std::string_view line = s.ends_with('\n') ? s.substr(0, s.size() - 1) : s;
-  FUZZ_CHECK(printable_ascii(line));
+  FUZZ_CHECK(line.find('\n') == std::string_view::npos);
+  if (s.find('"') == std::string_view::npos) FUZZ_CHECK(printable_ascii(line));
 }
 
 }  // namespace
@@ -149,6 +160,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 64) {
     check_command("bind / " + std::string(input));
     check_command("advance " + std::string(input) + " 1 force");
+    check_command("domain add \"" + std::string(input) + "\"");  // the quoted-word paths
   }
   return 0;
 }

@@ -102,8 +102,8 @@ TEST(AuditIntegrity, RefusalsAreRateLimitedPerCallerAndSummarised) {
   EXPECT_GE(recorded, 150u);
   EXPECT_LE(recorded, 200u + static_cast<size_t>(5 * secs) + 5) << "of " << refused;
   std::string metrics = slurp(m.path(".fencefs/metrics"));
-  EXPECT_NE(std::string::npos,
-            metrics.find("fencefs_audit_suppressed_total " + std::to_string(refused - recorded)))
+  EXPECT_NE(std::string::npos, metrics.find("fencefs_audit_suppressed_total{mount=\"" + m.mnt() +
+                                            "\"} " + std::to_string(refused - recorded)))
       << metrics;
   // Another caller is not affected: root's refusals and advances are still recorded.
   ASSERT_EQ(0, sh(kCtl + " advance --mount '" + m.mnt() + "' / 3 >/dev/null"));
@@ -132,7 +132,7 @@ TEST(AuditIntegrity, TheTableEscapesEveryField) {
       "x\n2026-12-02T00:00:00.000Z  advanced  -  advance  root  -  9  1->9  1  forged\x1b[2J\x1b]0;"
       "title\x07\x1b[31mred\xc2\x9b"
       "1m\xe2\x80\xae";
-  ASSERT_EQ(ESTALE, as_job(m, 1, [&] { return E(mkdir(m.path(evil).c_str(), 0755)); }));
+  ASSERT_EQ(ESTALE, as_superseded_job(m, 2, [&] { return E(mkdir(m.path(evil).c_str(), 0755)); }));
   int st;
   std::string json = sh_out(kCtl + " audit --mount '" + m.mnt() + "' --json", &st);
   ASSERT_EQ(0, st);

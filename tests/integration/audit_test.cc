@@ -595,12 +595,14 @@ TEST(AuditRecord, StaleWriteThroughAHandle) {
 // trail still holds one record per system call.
 TEST(AuditRecord, StalePathOperationsOnceEach) {
   Mount m;
-  ASSERT_EQ(0, write_file(m, 3, "f", "x"));
-  ASSERT_EQ(0, as_job(m, 3, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  ASSERT_EQ(0, write_file(m, 2, "f", "x"));
+  ASSERT_EQ(0, as_job(m, 2, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   pid_t pid;
   EXPECT_EQ(0, as_job(
                    m, 2,
                    [&] {
+                     // Superseded by epoch 3 while bound.
+                     if (in_child([&] { return m.ctl("advance / 3"); }) != 0) return 9;
                      if (E(open(m.path("f").c_str(), O_WRONLY)) != ESTALE) return 1;
                      if (E(mkdir(m.path("e").c_str(), 0755)) != ESTALE) return 2;
                      if (E(chmod(m.path("f").c_str(), 0600)) != ESTALE) return 3;
@@ -782,7 +784,7 @@ TEST(AuditFailure, DecisionsStandAndTheGapIsRecorded) {
     std::string before = tree_hash(m.backing());
     // Refusals are still refused (enough of them to fill the last page of the log), and
     // equal-epoch work is still admitted.
-    EXPECT_EQ(ESTALE, as_job(m, 1, [&] { return E(mkdir(m.path("stale").c_str(), 0755)); }));
+    EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 1"); }));
     EXPECT_EQ(0, as_job(m, 0, [&] {
                 for (int i = 0; i < 40; i++)
                   if (E(mkdir(m.path("none" + std::to_string(i)).c_str(), 0755)) != EPERM) return 1;
@@ -849,8 +851,11 @@ TEST(FencectlAudit, JsonLinesAndFilters) {
   Mount m;
   ASSERT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("jobs").c_str(), 0755)); }));
   ASSERT_EQ(0, sh(ctl_cmd("domain add '" + m.path("jobs") + "' >/dev/null")));
-  ASSERT_EQ(0, sh(ctl_cmd("advance --mount '" + m.mnt() + "' / 4 >/dev/null")));
-  EXPECT_EQ(ESTALE, as_job(m, 3, [&] { return E(mkdir(m.path("x").c_str(), 0755)); }));
+  // The owner of token 3 is superseded by fencectl's advance to 4 while bound.
+  EXPECT_EQ(ESTALE,
+            as_superseded_job(
+                m, 3, [&] { return E(mkdir(m.path("x").c_str(), 0755)); },
+                [&] { return sh(ctl_cmd("advance --mount '" + m.mnt() + "' / 4 >/dev/null")); }));
   EXPECT_EQ(EPERM, as_job(m, 0, [&] { return E(mkdir(m.path("jobs/y").c_str(), 0755)); }));
   std::string mnt = "'" + m.mnt() + "'";
   std::string state = "'" + state_dir(m) + "'";
@@ -927,8 +932,8 @@ TEST(FencectlAudit, JsonLinesAndFilters) {
 
 TEST(FencectlStatus, JsonParses) {
   Mount m;
-  ASSERT_EQ(0, write_file(m, 2, "f", "x"));
-  EXPECT_EQ(ESTALE, as_job(m, 1, [&] { return E(unlink(m.path("f").c_str())); }));
+  ASSERT_EQ(0, write_file(m, 1, "f", "x"));
+  EXPECT_EQ(ESTALE, as_superseded_job(m, 1, [&] { return E(unlink(m.path("f").c_str())); }));
   // A bound process shows up with its pid, command and token.
   int ready[2], go[2];
   ASSERT_EQ(0, pipe(ready));
@@ -1133,7 +1138,7 @@ TEST(FencectlRecover, RefusesWhileMountedThenRaisesEveryDomain) {
   EXPECT_EQ(9u, N(rec[0], "epoch_after"));
   EXPECT_EQ("fencectl", S(rec[0], "comm"));
   ASSERT_TRUE(m.remount()) << m.daemon_log();
-  EXPECT_EQ(ESTALE, as_job(m, 8, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 8"); }));
   EXPECT_EQ(0, as_job(m, 9, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   sh_out(ctl_cmd("recover --state /x --floor -1 2>/dev/null"), &st);
   EXPECT_EQ(200, st);  // usage error
@@ -1183,11 +1188,14 @@ TEST(Metrics, ValidPrometheusTextAndCountersMove) {
   EXPECT_EQ(0, sample_value(fam, "fencefs_audit_write_failures_total", {}));
 
   // One refused system call moves the stale counter; an advance moves advances and the epoch.
-  EXPECT_EQ(ESTALE, as_job(m, 1, [&] {
-              int fd = open(m.path("f").c_str(), O_WRONLY);
-              return fd < 0 ? errno : 0;
-            }));
-  ASSERT_EQ(0, sh(ctl_cmd("advance --mount '" + m.mnt() + "' / 5 >/dev/null")));
+  EXPECT_EQ(ESTALE,
+            as_superseded_job(
+                m, 2,
+                [&] {
+                  int fd = open(m.path("f").c_str(), O_WRONLY);
+                  return fd < 0 ? errno : 0;
+                },
+                [&] { return sh(ctl_cmd("advance --mount '" + m.mnt() + "' / 5 >/dev/null")); }));
   text = slurp(m.path(".fencefs/metrics"));
   ASSERT_EQ("", validate_prometheus(text, &fam)) << text;
   EXPECT_GT(sample_value(fam, "fencefs_operations_total", {{"result", "stale"}}), stale0);
@@ -1208,7 +1216,7 @@ TEST(Metrics, ValidPrometheusTextAndCountersMove) {
 TEST(Metrics, OneStaleCallCountsOnce) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "x"));
-  EXPECT_EQ(ESTALE, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  EXPECT_EQ(ESTALE, as_superseded_job(m, 2, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   std::map<std::string, PromFamily> fam;
   std::string text = slurp(m.path(".fencefs/metrics"));
   ASSERT_EQ("", validate_prometheus(text, &fam)) << text;

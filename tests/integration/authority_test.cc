@@ -176,25 +176,29 @@ TEST(Authority, PerHandleTokenByIoctl) {
               t.epoch = 4;
               if (ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t) != 0) return 100 + errno;
               if (write(fd, "four", 4) != 4) return 3;
-              t.epoch = 2;  // lower: accepted as a binding, refused at the write
-              if (ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t) != 0) return 4;
+              t.epoch = 2;  // lower than the epoch: refused at the ioctl, the handle keeps 4
+              if (E(ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t)) != ESTALE) return 4;
+              if (write(fd, "more", 4) != 4) return 8;
+              // Superseded while it holds the handle: refused at the write ...
+              if (in_child([&] { return m.ctl("advance / 5"); }) != 0) return 9;
               if (E(write(fd, "two", 3)) != ESTALE) return 5;
-              t.epoch = 4;  // once refused as stale, the handle stays refused
+              t.epoch = 5;  // ... and once refused as stale, the handle stays refused
               if (E(ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t)) != ESTALE) return 6;
               t.epoch = 0;
               if (E(ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t)) != EINVAL) return 7;
               return 0;
             }));
-  EXPECT_EQ("4", epoch(m));
+  EXPECT_EQ("5", epoch(m));
+  EXPECT_EQ("fourmore", slurp(m.bpath("f")));
   // nobody may not use the ioctl with an unsigned token.
   EXPECT_EQ(EACCES, in_child([&] {
               int fd = open(m.path("f").c_str(), O_RDONLY);
               if (fd < 0 || become_nobody()) return 99;
               fencefs_token t{};
-              t.epoch = 5;
+              t.epoch = 6;
               return E(ioctl(fd, FENCEFS_IOC_SET_TOKEN, &t));
             }));
-  EXPECT_EQ("4", epoch(m));
+  EXPECT_EQ("5", epoch(m));
 }
 
 TEST(Authority, PermissionsStillApplyAndDenialNeverAdvances) {

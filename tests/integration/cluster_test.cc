@@ -566,10 +566,7 @@ TEST_F(ClusterTest, DomainsReachEveryMemberAndSurviveRestarts) {
   ASSERT_EQ(n1.start(), -1000) << n1.log();
   EXPECT_EQ(xattr(n1.path("proj"), "user.fencefs.epoch"), "4");
   EXPECT_EQ(xattr(n2.path("proj"), "user.fencefs.epoch"), "4");
-  pid_t j = spawn_job(n1, 0, [&] {
-    if (n1.ctl("bind /proj 3") != 0) return 201;
-    return append(n1.path("proj/f"), "stale\n");
-  });
+  pid_t j = spawn_job(n1, 0, [&] { return n1.ctl("bind /proj 3"); });  // refused at bind time
   EXPECT_EQ(wait_status(j), ESTALE);
 }
 
@@ -685,7 +682,8 @@ TEST_F(ClusterTest, FencedMemberRejoinsAtTheNewEpoch) {
   EXPECT_NE(n1.log().find("fenced by another member"), std::string::npos) << n1.log();
   EXPECT_EQ(n1.epoch(), 6u);
   EXPECT_NE(n2.status().find("\"id\":\"m1\""), std::string::npos);  // a member again
-  pid_t old = spawn_job(n1, 5, [&] { return append(n1.path("f"), "old\n"); });
+  // A token below the epoch it re-read is refused, already at bind time.
+  pid_t old = spawn_job(n1, 0, [&] { return n1.ctl("bind / 5"); });
   EXPECT_EQ(wait_status(old), ESTALE);
   pid_t cur = spawn_job(n1, 6, [&] { return append(n1.path("f"), "new\n"); });
   EXPECT_EQ(wait_status(cur), 0);

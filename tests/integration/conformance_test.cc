@@ -40,7 +40,8 @@
 //     source so it succeeds). cp/rsync fall back to read/write. Within the mount it works and is
 //     fenced. Test: Conformance.CopyFileRangeCrossFsDocumented.
 //  D8 The user.fencefs.* extended-attribute names are reserved on every path of the mount: they
-//     are the inspection interface (user.fencefs.epoch, .domain, .last_epoch). setxattr and
+//     are the inspection interface (user.fencefs.epoch, .domain, .last_epoch, .token; listed by
+//     listxattr only with -o list_xattrs, which this suite does not use). setxattr and
 //     removexattr of such a name give EPERM, getxattr of an unknown one ENODATA. Other user.*
 //     names, including ones that merely start with "user.fencefs" without the dot, are ordinary.
 //     Test: Conformance.ReservedXattrNamesDocumented.

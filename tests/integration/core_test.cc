@@ -162,12 +162,16 @@ TEST_P(FencedOp, StaleAndMissingTokensChangeNothing) {
               return mkdir(m.path("dir").c_str(), 0755) != 0 ? 3 : 0;
             }));
   std::string before = tree_hash(m.backing());
-  EXPECT_EQ(ESTALE, as_job(m, 2, [&] { return op.run(m); })) << op.name << " with stale token";
+  // The owner of epoch 3, superseded by epoch 4 while bound.
+  EXPECT_EQ(ESTALE, as_superseded_job(m, 3, [&] { return op.run(m); }))
+      << op.name << " with stale token";
   EXPECT_EQ(before, tree_hash(m.backing())) << op.name;
   EXPECT_EQ(EPERM, as_job(m, 0, [&] { return op.run(m); })) << op.name << " with no token";
   EXPECT_EQ(before, tree_hash(m.backing())) << op.name;
+  // A stale token is refused at bind time already.
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 3"); }));
   // The current owner may do it.
-  EXPECT_EQ(0, as_job(m, 3, [&] { return op.run(m); })) << op.name << " with current token";
+  EXPECT_EQ(0, as_job(m, 4, [&] { return op.run(m); })) << op.name << " with current token";
 }
 
 INSTANTIATE_TEST_SUITE_P(All, FencedOp, ::testing::Range(0, static_cast<int>(fenced_ops().size())),
@@ -250,12 +254,16 @@ TEST(Core, EpochsSurviveUnmountAndKill9) {
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
   ASSERT_TRUE(m.remount());
   EXPECT_EQ("7", xattr(m.mnt(), "user.fencefs.epoch"));
-  EXPECT_EQ(ESTALE, as_job(m, 6, [&] { return E(mkdir(m.path("b").c_str(), 0755)); }));
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 6"); }));
   ASSERT_EQ(0, as_job(m, 9, [&] { return E(mkdir(m.path("c").c_str(), 0755)); }));
   m.kill9();
   ASSERT_TRUE(m.remount());
   EXPECT_EQ("9", xattr(m.mnt(), "user.fencefs.epoch"));
-  EXPECT_EQ(ESTALE, as_job(m, 8, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 8"); }));
+  // And a job bound to 9 before a restart is refused once 10 acted after it.
+  EXPECT_EQ(ESTALE, as_superseded_job(m, 9, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  struct stat st;
+  EXPECT_NE(0, stat(m.bpath("d").c_str(), &st));
 }
 
 TEST(Core, MalformedBindLinesAreEinval) {

@@ -402,8 +402,7 @@ TEST(Hardening, FullDiskCannotStopAnAdvance) {
   EXPECT_EQ(0, m.unmount());
   ASSERT_TRUE(m.remount()) << m.daemon_log();
   EXPECT_EQ("399", xattr(m.path(""), "user.fencefs.epoch"));
-  EXPECT_EQ(ESTALE,
-            as_job(m, 398, [&] { return E(open(m.path("x").c_str(), O_WRONLY | O_CREAT, 0644)); }));
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 398"); }));
 }
 
 // Node ids are table indices: stat still gives BACKING's inode numbers, and the node ids a user

@@ -266,6 +266,17 @@ int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn) {
   });
 }
 
+int as_superseded_job(const Mount& m, uint64_t token, const std::function<int()>& fn,
+                      const std::function<int()>& supersede) {
+  return in_child([&] {
+    if (m.ctl("bind / " + std::to_string(token)) != 0) return 200;
+    int err = supersede ? supersede()
+                        : in_child([&] { return m.ctl("advance / " + std::to_string(token + 1)); });
+    if (err != 0) return 201;
+    return fn();
+  });
+}
+
 namespace {
 void hash_walk(const std::string& base, const std::string& rel, std::ostringstream& out) {
   std::string p = rel.empty() ? base : base + "/" + rel;

@@ -72,6 +72,12 @@ void spit(const std::string& path, const std::string& data);
 std::string xattr(const std::string& path, const char* name);
 // Runs fn in a child bound to `token` for the root domain (0: unbound); returns fn's result.
 int as_job(const Mount& m, uint64_t token, const std::function<int()>& fn);
+// A superseded owner: runs fn in a child bound to `token` (which must be admissible now: a
+// stale bind is refused at bind time) after `supersede` ran while it was bound (default: another
+// process advances / to token + 1). Returns fn's result, 200 if the bind failed, 201 if
+// supersede returned non-zero.
+int as_superseded_job(const Mount& m, uint64_t token, const std::function<int()>& fn,
+                      const std::function<int()>& supersede = {});
 
 // Hash of every path, type, mode, uid, gid, size, content and user xattr below dir (stable order),
 // to prove a refused operation changed nothing.

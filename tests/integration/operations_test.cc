@@ -525,7 +525,9 @@ TEST(Readiness, StatusAndMetricsNameThePidMountAndUptime) {
                          "\",pid=\"" + std::to_string(m.daemon_pid()) + "\"} 1"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("fencefs_start_time_seconds "), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fencefs_start_time_seconds{mount=\"" + m.mnt() + "\"} "),
+            std::string::npos)
+      << metrics;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -561,6 +563,7 @@ TEST(Fencectl, EveryCommandHasItsOwnHelp) {
       {"sign", {"--key", "--domain", "--epoch"}},
       {"domain", {"--mount"}},
       {"status", {"--mount", "--json"}},
+      {"whoami", {"--json"}},
       {"audit",
        {"--mount", "--state", "--domain", "--since", "--decision", "--verbose", "--json",
         "--follow", "--summary"}},
@@ -597,29 +600,43 @@ TEST(Fencectl, VersionAndUsageErrors) {
 // ---------------------------------------------------------------------------------------------
 // Packaging: what `cmake --install` puts in place.
 
+// As a package build does: DESTDIR=DIR cmake --install build --strip (prefix /usr/local).
 struct Installed {
-  TempDir dir;
+  TempDir dest;
   std::string build = std::string(FENCEFS_BIN).substr(0, std::string(FENCEFS_BIN).rfind('/'));
-  int status = sh("cmake --install '" + build + "' --strip --prefix '" + dir.path + "' >/dev/null");
+  int status = sh("DESTDIR='" + dest.path + "' cmake --install '" + build +
+                  "' --strip --prefix /usr/local >/dev/null");
+  std::string root = dest.path + "/usr/local";
 };
 
 TEST(Packaging, InstallsStrippedBinariesManPagesUnitAndCompletion) {
   Installed inst;
   ASSERT_EQ(inst.status, 0);
-  const std::string& p = inst.dir.path;
+  const std::string& p = inst.root;
   for (std::string f :
        {"bin/fencefs", "bin/fencectl", "share/man/man8/fencefs.8", "share/man/man8/fencectl.8",
         "lib/systemd/system/fencefs@.service", "share/bash-completion/completions/fencectl"})
     EXPECT_TRUE(exists(p + "/" + f)) << f;
-  for (std::string b : {"bin/fencefs", "bin/fencectl"})
+  for (std::string b : {"bin/fencefs", "bin/fencectl"}) {
     EXPECT_EQ(sh_out("readelf -S '" + p + "/" + b + "' | grep -c debug_info"), "0\n") << b;
+    std::string kind = sh_out("file -b '" + p + "/" + b + "'");
+    EXPECT_NE(kind.find("ELF"), std::string::npos) << kind;
+    EXPECT_NE(kind.find(", stripped"), std::string::npos) << kind;
+  }
+  // Nothing but what a user needs: no test suites, no benchmark programs.
+  EXPECT_EQ(sh_out("cd '" + inst.dest.path + "' && find . -type f | sort"),
+            "./usr/local/bin/fencectl\n./usr/local/bin/fencefs\n"
+            "./usr/local/include/fencefs/ioctl.h\n"
+            "./usr/local/lib/systemd/system/fencefs@.service\n"
+            "./usr/local/share/bash-completion/completions/fencectl\n"
+            "./usr/local/share/man/man8/fencectl.8\n./usr/local/share/man/man8/fencefs.8\n");
 }
 
 TEST(Packaging, ManPagesRender) {
   Installed inst;
   ASSERT_EQ(inst.status, 0);
   for (std::string page : {"fencefs", "fencectl"}) {
-    std::string file = inst.dir.path + "/share/man/man8/" + page + ".8";
+    std::string file = inst.root + "/share/man/man8/" + page + ".8";
     int st = -1;
     std::string out = sh_out("MANWIDTH=80 man -l '" + file + "' 2>/dev/null", &st);
     EXPECT_EQ(st, 0) << page;
@@ -629,7 +646,7 @@ TEST(Packaging, ManPagesRender) {
         << page << " renders with warnings";
   }
   std::string fencefs =
-      sh_out("MANWIDTH=80 man -l '" + inst.dir.path + "/share/man/man8/fencefs.8' 2>/dev/null");
+      sh_out("MANWIDTH=80 man -l '" + inst.root + "/share/man/man8/fencefs.8' 2>/dev/null");
   for (const char* s : {"SIGHUP", "takeover", "log_level", "pidfile", "nonempty"})
     EXPECT_NE(fencefs.find(s), std::string::npos) << s;
 }
@@ -638,17 +655,17 @@ TEST(Packaging, TheUnitPassesSystemdAnalyzeVerify) {
   Installed inst;
   ASSERT_EQ(inst.status, 0);
   // The unit names the configured prefix's binary; point it at this build's to verify here.
-  std::string unit = slurp(inst.dir.path + "/lib/systemd/system/fencefs@.service");
+  std::string unit = slurp(inst.root + "/lib/systemd/system/fencefs@.service");
   size_t at = unit.find("ExecStart=");
   ASSERT_NE(at, std::string::npos);
   size_t bin = unit.find("/fencefs ", at);
   ASSERT_NE(bin, std::string::npos) << unit;
   unit.replace(at + 10, bin - at - 10, inst.build);
-  std::string copy = inst.dir.path + "/fencefs@.service";
+  std::string copy = inst.root + "/fencefs@.service";
   spit(copy, unit);
   int st = -1;
   std::string out = sh_out(
-      "MANPATH='" + inst.dir.path + "/share/man' systemd-analyze verify '" + copy + "' 2>&1", &st);
+      "MANPATH='" + inst.root + "/share/man' systemd-analyze verify '" + copy + "' 2>&1", &st);
   EXPECT_EQ(st, 0) << out;
   EXPECT_EQ(out, "") << "warnings from systemd-analyze";
   EXPECT_NE(unit.find("Type=notify"), std::string::npos);

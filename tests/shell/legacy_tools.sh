@@ -440,19 +440,39 @@ grep -qx '  Entries: 10000' "$LOGS/lmdb.mnt.out" &&
 
 # ------------------------------------------------------------ phase 2: a superseded token
 [ -n "$SELFTEST" ] && finish
+# The superseded holders: each follow-up job is bound to $TOKEN while that is current (a stale
+# token is refused at bind time), then stops itself until the advance to $NEWTOKEN has acted.
+declare -A HOLDER
+for j in "${JOBS[@]}"; do
+  rm -f "$LOGS/$j.holder.pid"
+  bound "$TOKEN" bash -c 'echo $$ >"$1.tmp" && mv "$1.tmp" "$1" && kill -STOP $$; shift; exec "$@"' \
+    _ "$LOGS/$j.holder.pid" bash "$SELF" --job "${j}_stale" "$MNT/$j" "$SRC" "$SRC2" \
+    >"$LOGS/$j.superseded.out" 2>"$LOGS/$j.superseded.err" &
+  HOLDER[$j]=$!
+done
+for j in "${JOBS[@]}"; do
+  for _ in $(seq 1 2000); do
+    [ -s "$LOGS/$j.holder.pid" ] && [ "$(awk '{print $3}' "/proc/$(cat "$LOGS/$j.holder.pid")/stat" 2>/dev/null)" = T ] && break
+    sleep 0.01
+  done
+done
 if "$FENCECTL" advance --mount "$MNT" / "$NEWTOKEN" >"$LOGS/advance2.log" 2>&1; then
   pass "fencectl advance to $NEWTOKEN supersedes token $TOKEN"
 else
   fail "fencectl advance to $NEWTOKEN: $(cat "$LOGS/advance2.log")"
 fi
 
-stale_round() {  # stale_round LABEL TOKEN-or-empty
-  local label=$1 tok=$2 j before after rc
+stale_round() {  # stale_round LABEL superseded|none
+  local label=$1 mode=$2 j before after rc
   for j in "${JOBS[@]}"; do
     before=$(backing_hash)
-    if [ -n "$tok" ]; then
-      bound "$tok" bash "$SELF" --job "${j}_stale" "$MNT/$j" "$SRC" "$SRC2" \
-        >"$LOGS/$j.$label.out" 2>"$LOGS/$j.$label.err"
+    if [ "$mode" = superseded ]; then
+      kill -CONT "$(cat "$LOGS/$j.holder.pid")"
+      wait "${HOLDER[$j]}"
+      rc=$?
+      mv "$LOGS/$j.superseded.out" "$LOGS/$j.$label.out"
+      mv "$LOGS/$j.superseded.err" "$LOGS/$j.$label.err"
+      (exit $rc)
     else
       plain bash "$SELF" --job "${j}_stale" "$MNT/$j" "$SRC" "$SRC2" \
         >"$LOGS/$j.$label.out" 2>"$LOGS/$j.$label.err"
@@ -485,10 +505,10 @@ for j in "${JOBS[@]}"; do
   fi
 done
 
-stale_round "superseded token $TOKEN" "$TOKEN"
+stale_round "superseded token $TOKEN" superseded
 
 # ------------------------------------------------------------ phase 3: no token at all
-stale_round "no token" ""
+stale_round "no token" none
 
 # The current holder still works after all of that.
 if bound "$NEWTOKEN" bash -c "echo fresh >>'$MNT/shell/out.txt'" 2>"$LOGS/final.err" &&

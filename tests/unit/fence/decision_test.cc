@@ -75,9 +75,13 @@ TEST(Decide, Advance) {
       << "force is for advances";
 }
 
-TEST(Decide, BindAndIoctlOnlyRefuseSquatting) {
+TEST(Decide, BindAndIoctlRefuseStaleTokensAndSquatting) {
   for (RequestKind k : {RequestKind::Bind, RequestKind::Ioctl}) {
-    EXPECT_FALSE(d(k, 4, 5).refused()) << "a stale token may be bound";
+    auto stale = d(k, 4, 5);
+    EXPECT_EQ(ESTALE, stale.err) << "a stale token is refused at bind time";
+    EXPECT_EQ(Reason::Stale, stale.reason);
+    EXPECT_EQ("stale token 4 < epoch 5", stale.message);
+    EXPECT_EQ(EINVAL, d(k, 0, 5).err) << "no token is malformed, never a bypass";
     EXPECT_FALSE(d(k, 5, 5).refused());
     EXPECT_FALSE(d(k, 15, 5).refused());
     EXPECT_FALSE(d(k, 15, 5).raise) << "binding raises nothing";

@@ -270,6 +270,57 @@ INSTANTIATE_TEST_SUITE_P(
                 "bind: bad domain '7': domain must be an absolute path starting with '/'"}),
     [](const ::testing::TestParamInfo<Refused>& info) { return info.param.name; });
 
+TEST(ParseCommand, QuotedDomainsHoldSpacesAndUtf8) {
+  struct Case {
+    std::string buf, domain, canonical;
+  } cases[] = {
+      {"domain add \"/my data\"\n", "/my data", "domain add \"/my data\"\n"},
+      {"bind \"/caf\xc3\xa9/\xe6\x97\xa5 \xf0\x9f\x93\x81\" 3",
+       "/caf\xc3\xa9/\xe6\x97\xa5 \xf0\x9f\x93\x81",
+       "bind \"/caf\xc3\xa9/\xe6\x97\xa5 \xf0\x9f\x93\x81\" 3\n"},
+      {"advance \"/a \\\"q\\\" \\\\b\" 4 force\n", "/a \"q\" \\b",
+       "advance \"/a \\\"q\\\" \\\\b\" 4 force\n"},
+      {"unbind \"/plain\"\n", "/plain", "unbind /plain\n"},
+      {"unbind /a\"b\n", "/a\"b", "unbind /a\"b\n"},  // a quote inside a word is a character
+  };
+  for (const Case& c : cases) {
+    ParseResult r = parse_command(c.buf);
+    ASSERT_TRUE(r.ok) << c.buf << ": " << r.error;
+    EXPECT_EQ(c.domain, r.command.domain) << c.buf;
+    EXPECT_EQ(c.canonical, format_command(r.command)) << c.buf;
+    ParseResult again = parse_command(format_command(r.command));
+    ASSERT_TRUE(again.ok) << again.error;
+    EXPECT_EQ(c.domain, again.command.domain);
+  }
+}
+
+TEST(ParseCommand, BadQuotingIsRefused) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"domain add \"/a b\n", "unterminated quote"},
+      {"domain add \"/a\"b\n", "a quoted word must end at a space"},
+      {"domain add \"/a\\n\"\n", "unknown escape at byte 15 (only \\\" and \\\\)"},
+      {"domain add \"/a  b\"\n", ""},  // two spaces inside quotes are part of the name
+      {"domain  add \"/a\"\n", "more than one space between words"},
+      {"\"bind\" / 1", "unknown command '\"bind\"'"},
+      {"bind / \"1\"", "bind: only DOMAIN may be quoted (usage: bind DOMAIN TOKEN)"},
+      {"domain add /caf\xc3\xa9\n", "non-ASCII byte 0xc3 at byte 15"},  // UTF-8 must be quoted
+      {"domain add \"/caf\xc3\"\n", "invalid UTF-8 at byte 16"},
+      {"domain add \"/a\x01\"\n", "control byte 0x01 at byte 14"},
+      {"domain add \"/a/../b\"\n",
+       "domain add: bad domain '\"/a/../b\"': domain has a '..' segment"},
+  };
+  for (const auto& [buf, error] : cases) {
+    ParseResult r = parse_command(buf);
+    if (error.empty()) {
+      EXPECT_TRUE(r.ok) << buf << ": " << r.error;
+      continue;
+    }
+    EXPECT_FALSE(r.ok) << buf;
+    EXPECT_EQ(error, r.error) << buf;
+    EXPECT_TRUE(all_printable(r.error)) << r.error;
+  }
+}
+
 TEST(ParseCommand, RefusalLeavesNoCommandData) {
   // A refused parse must not hand back a half-filled command someone could act on.
   ParseResult r = parse_command("advance /a 5 now\n");
@@ -284,7 +335,8 @@ TEST(ParseCommand, RefusalLeavesNoCommandData) {
 
 TEST(ValidDomainPath, Accepts) {
   for (std::string_view p :
-       {"/", "/a", "/a/b", "/a.b", "/...", "/.a", "/a..", "/-/_/~", "/UPPER/lower/123"}) {
+       {"/", "/a", "/a/b", "/a.b", "/...", "/.a", "/a..", "/-/_/~", "/UPPER/lower/123", "/a b",
+        "/caf\xc3\xa9", "/\xe6\x97\xa5\xe6\x9c\xac", "/\xf0\x9f\x93\x81 x"}) {
     EXPECT_TRUE(valid_domain_path(p)) << p;
     EXPECT_EQ(domain_path_error(p), "") << p;
   }
@@ -312,11 +364,16 @@ TEST(ValidDomainPath, Refuses) {
                                "/./a"s,
                                "/a/."s,
                                "/a/../b"s,
-                               "/a b"s,
                                "/a\tb"s,
                                "/a\nb"s,
                                "/a\0b"s,
-                               "/caf\xc3\xa9"s,
+                               "/caf\xc3"s,           // truncated UTF-8
+                               "/caf\xc3\x28"s,       // bad continuation
+                               "/\xc0\xaf"s,          // overlong '/'
+                               "/\xed\xa0\x80"s,      // surrogate
+                               "/\xf4\x90\x80\x80"s,  // above U+10FFFF
+                               "/\xc2\x85"s,          // C1 control (NEL)
+                               "/\xff"s,
                                "\\a"s,
                                "/" + std::string(256, 'a'),
                                "~/a"s}) {
