@@ -12,6 +12,7 @@ PKGS=(
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
   libcurl4-openssl-dev etcd-server etcd-client
   systemd man-db groff-base jq
+  prometheus mergerfs bindfs
 )
 
 missing=()

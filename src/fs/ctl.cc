@@ -14,6 +14,7 @@
 #include "common/proc.h"
 #include "ctl/protocol.h"
 #include "fencefs/ioctl.h"
+#include "fs/op_stats.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -478,6 +479,7 @@ std::string Fs::render_metrics() {
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
   out += fmt::format("fencefs_inodes {}\n", n_inodes.load());
+  out += op_stats::render();
   return out;
 }
 
