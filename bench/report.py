@@ -358,8 +358,9 @@ def main():
                     continue
                 ch = a / b - 1
                 moves.append(abs(ch))
-                cells.append(f"{ch * 100:+.0f}%")
-            md.append(md_row(cells))
+                cells.append(f"{ch * 100:+.0f}%".replace("-0%", "+0%"))
+            if any(c != "-" for c in cells[1:]):
+                md.append(md_row(cells))
         if moves:
             md += ["", f"Median move {statistics.median(moves) * 100:.0f}%, largest "
                    f"{max(moves) * 100:.0f}% (over {len(moves)} medians)."]

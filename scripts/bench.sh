@@ -451,14 +451,15 @@ trace_jobs() {
   d=$(workdir "$c")/count-$n
   conn=$(conn_of "${MNT_OF[$c]}")
   [ -n "$conn" ] || { echo "no mountinfo line for ${MNT_OF[$c]}" >"$W/count.err"; return 1; }
-  echo "connection == $conn" >"$ev/filter"
-  : >"$TI/trace"
-  [ "$c" = fencefs ] && ff_requests >"$W/ff.before"
-  echo 1 >"$ev/enable"
+  # (Called in a condition, so set -e does not apply: every step checks for itself.)
+  echo "connection == $conn" >"$ev/filter" && : >"$TI/trace" ||
+    { echo "cannot set the tracepoint's filter in $TI" >"$W/count.err"; return 1; }
+  if [ "$c" = fencefs ]; then ff_requests >"$W/ff.before" || { echo "cannot read $FF_MNT/.fencefs/metrics" >"$W/count.err"; return 1; }; fi
+  echo 1 >"$ev/enable" || { echo "cannot enable the tracepoint in $TI" >"$W/count.err"; return 1; }
   local rc=0
   as "$c" "$B/legacy_job" "$d" "$n" 1 >/dev/null 2>"$W/count.err" || rc=1
   echo 0 >"$ev/enable"
-  [ "$c" = fencefs ] && ff_requests >"$W/ff.after"
+  if [ "$c" = fencefs ]; then ff_requests >"$W/ff.after" || rc=1; fi
   as "$c" rm -rf "$d" || true
   [ "$rc" = 0 ] || return 1
   # Every event must have been kept ("entries-in-buffer/entries-written: KEPT/WRITTEN").
