@@ -394,7 +394,7 @@ def main():
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "
-        "both daemons: VmRSS before/after stat-ing every file through the mount ÷ files (user-space "
+        "every daemon: VmRSS before/after stat-ing every file through the mount ÷ files (user-space "
         "memory only: the kernel memory behind any fd a daemon keeps per inode is not in RSS); "
         "peak = VmHWM at the end. "
         f"{config.get('rss_rounds', '?')} round(s). Open-file limit for the daemons: "

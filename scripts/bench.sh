@@ -344,7 +344,7 @@ for c in passthrough_ll passthrough_hp mergerfs bindfs; do
   if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
 done
 if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
-  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" passthrough_hp "${SKIP_REASON[passthrough_hp]}"
   done
 fi
