@@ -333,7 +333,7 @@ as() {
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
-  for k in "${OVERLAY_KEYS[@]}" rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
   done
 fi
