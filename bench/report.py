@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
 """Turns the samples collected by scripts/bench.sh into a table (stdout), markdown and JSON.
 
-Input: a results TSV (key, contender, round, value) and a notes TSV (key, contender, note) for
-what could not be measured. Machine facts come from BENCH_R_* environment variables.
+Input: a results TSV (key, contender, round, value), a notes TSV (key, contender, note) for
+what could not be measured, and optionally FUSE requests per job by opcode (opcode, contender,
+value). Machine facts come from BENCH_R_* environment variables. With --history, rows are also
+compared with the newest earlier result of the same configuration there (run to run).
 Only measured samples are reported; anything else is "n/a (reason)".
 """
 import argparse
 import collections
+import glob
 import json
 import os
+import re
 import statistics
 import sys
 
-CONTENDERS = ["raw", "passthrough_ll", "fencefs"]
+CONTENDERS = ["raw", "passthrough_ll", "passthrough_hp", "mergerfs", "bindfs", "fencefs"]
+# Column names of the fencefs ÷ contender ratios.
+SHORT = {"raw": "raw", "passthrough_ll": "pt_ll", "passthrough_hp": "pt_hp",
+         "mergerfs": "mergerfs", "bindfs": "bindfs"}
+# Configuration keys that may differ between two runs still compared run to run.
+NOT_CONFIG = {"setup", "fencefs_binary"}
 
 # key, section, label, unit, better ("higher"/"lower"), target kind
 ROWS = [
@@ -25,8 +34,12 @@ ROWS = [
     ("meta_stat", "overlay", "metadata: stat", "ops/s", "higher", "overlay"),
     ("meta_list", "overlay", "metadata: list directory", "entries/s", "higher", "overlay"),
     ("meta_unlink", "overlay", "metadata: unlink", "ops/s", "higher", "overlay"),
-    ("cpu_legacy_t1", "daemon", "daemon CPU per legacy job, 1 thread", "µs/file", "lower", None),
-    ("cpu_legacy_t4", "daemon", "daemon CPU per legacy job, 4 threads", "µs/file", "lower", None),
+    ("cpu_legacy_t1", "daemon", "daemon CPU per legacy job, 1 thread", "µs/file", "lower", "cpu"),
+    ("cpu_legacy_t4", "daemon", "daemon CPU per legacy job, 4 threads", "µs/file", "lower", "cpu"),
+    ("req_legacy_t1", "daemon", "FUSE requests per legacy job, 1 thread (kernel tracepoint)", "req/job",
+     "lower", "req"),
+    ("req_legacy_t1_self", "daemon", "FUSE requests per legacy job, 1 thread (fencefs' own counters)",
+     "req/job", "lower", None),
     ("rss_bound_growth", "daemon", "RSS growth per bound process, {bound_procs} live", "bytes", "lower", None),
     ("rss_inode_growth", "daemon", "RSS growth per cached inode, {rss_inodes} inodes", "bytes", "lower", "rss"),
     ("rss_inode_growth_small", "daemon", "RSS growth per cached inode, first {rss_inodes_small} (fd limit)", "bytes", "lower", "rss"),
@@ -53,7 +66,9 @@ ROWS = [
 ]
 
 TARGET_TEXT = {
-    "overlay": "fencefs >= 1.0x passthrough_ll",
+    "overlay": "fencefs >= 1.0x every contender",
+    "cpu": "fencefs <= passthrough_ll",
+    "req": "fencefs <= every contender",
     "rss": "fencefs < 200 bytes",
     "adv_ratio": ">= 5x",
     "recovery": "< 1 s",
@@ -73,6 +88,27 @@ def fmt(v):
     return f"{v:.3g}"
 
 
+def find_previous(history, config, out_json):
+    """The newest timestamped result in `history` with the same configuration, and its path."""
+    if not history or not os.path.isdir(history):
+        return None, None
+    mine = {k: v for k, v in config.items() if k not in NOT_CONFIG}
+    for path in sorted(glob.glob(os.path.join(history, "*.json")), reverse=True):
+        if not re.fullmatch(r"\d{8}T\d{6}Z\.json", os.path.basename(path)):
+            continue
+        if os.path.abspath(path) == os.path.abspath(out_json):
+            continue
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        theirs = {k: v for k, v in doc.get("config", {}).items() if k not in NOT_CONFIG}
+        if theirs == mine and doc.get("contenders") is not None:
+            return doc, path
+    return None, None
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--results", required=True)
@@ -81,6 +117,8 @@ def main():
     ap.add_argument("--out-json", required=True)
     ap.add_argument("--contenders", default=" ".join(CONTENDERS))
     ap.add_argument("--config", nargs="*", default=[])
+    ap.add_argument("--req-ops", help="TSV: FUSE opcode, contender, requests per job")
+    ap.add_argument("--history", help="directory of earlier results (timestamped *.json)")
     args = ap.parse_args()
 
     selected = [c for c in CONTENDERS if c in args.contenders.split()]
@@ -120,7 +158,10 @@ def main():
         label = label.format_map(collections.defaultdict(lambda: "?", config))
         row = {"key": key, "section": section, "label": label, "unit": unit, "better": better,
                "target": TARGET_TEXT.get(tkind), "values": {}}
-        contenders_here = selected if section != "journal" else [c for c in selected if c == "fencefs"]
+        if section == "journal" or key == "req_legacy_t1_self":
+            contenders_here = [c for c in selected if c == "fencefs"]
+        else:
+            contenders_here = selected
         for c in contenders_here:
             if key == "adv_ratio":
                 a, b = median("adv_d16", c), median("adv_d1", c)
@@ -132,7 +173,7 @@ def main():
             else:
                 s = samples.get((key, c), [])
                 cell = {"median": statistics.median(s) if s else None, "samples": s}
-                expected = rss_rounds if key.startswith("rss_") else rounds
+                expected = rss_rounds if key.startswith("rss_") else 1 if key.startswith("req_") else rounds
                 ns = notes.get((key, c), [])
                 if ns:
                     cell["note"] = "; ".join(dict.fromkeys(ns))
@@ -146,12 +187,21 @@ def main():
         def med(c):
             return row["values"].get(c, {}).get("median")
 
-        ff, pt, raw = med("fencefs"), med("passthrough_ll"), med("raw")
-        row["ratio_fencefs_passthrough_ll"] = ff / pt if ff is not None and pt else None
-        row["ratio_fencefs_raw"] = ff / raw if ff is not None and raw else None
+        ff = med("fencefs")
+        for c in selected:
+            if c != "fencefs":
+                o = med(c)
+                row["ratio_fencefs_" + c] = ff / o if ff is not None and o else None
+        # Overlays only: raw is the ceiling, not a contender.
+        overlay_ratios = [row["ratio_fencefs_" + c] for c in selected if c not in ("raw", "fencefs")
+                          and row.get("ratio_fencefs_" + c) is not None]
         met = None
-        if tkind == "overlay" and row["ratio_fencefs_passthrough_ll"] is not None:
-            met = row["ratio_fencefs_passthrough_ll"] >= 1.0
+        if tkind == "overlay" and overlay_ratios:
+            met = all(r >= 1.0 for r in overlay_ratios)
+        elif tkind == "req" and overlay_ratios:
+            met = all(r <= 1.0 for r in overlay_ratios)
+        elif tkind == "cpu" and row.get("ratio_fencefs_passthrough_ll") is not None:
+            met = row["ratio_fencefs_passthrough_ll"] <= 1.0
         elif tkind == "rss" and ff is not None:
             met = ff < 200
         elif tkind == "adv_ratio" and ff is not None:
@@ -169,14 +219,29 @@ def main():
         "date": os.environ.get("BENCH_R_DATE"),
         "libfuse": os.environ.get("BENCH_R_LIBFUSE"),
         "fio": os.environ.get("BENCH_R_FIO"),
+        "mergerfs": os.environ.get("BENCH_R_MERGERFS"),
+        "bindfs": os.environ.get("BENCH_R_BINDFS"),
+        "load": os.environ.get("BENCH_R_LOAD"),
     }
-    doc = {"machine": machine, "config": config, "contenders": selected, "rows": rows}
+    # FUSE requests per job by opcode: {opcode: {contender: value}}
+    req_ops = collections.defaultdict(dict)
+    if args.req_ops and os.path.exists(args.req_ops):
+        with open(args.req_ops) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) == 3 and parts[2]:
+                    req_ops[parts[0]][parts[1]] = float(parts[2])
+    previous, prev_path = find_previous(args.history, config, args.out_json)
+    doc = {"machine": machine, "config": config, "contenders": selected, "rows": rows,
+           "requests_per_job_by_opcode": req_ops,
+           "previous": os.path.basename(prev_path) if prev_path else None}
     with open(args.out_json, "w") as f:
         json.dump(doc, f, indent=2, ensure_ascii=False)
         f.write("\n")
 
     # ---- table (stdout and markdown) ----
-    head = ["workload", "unit"] + selected + ["ff/pt", "ff/raw", "target", "met"]
+    others = [c for c in selected if c != "fencefs"]
+    head = ["workload", "unit"] + selected + ["ff/" + SHORT[c] for c in others] + ["target", "met"]
     table = []
     na_notes = []
     for row in rows:
@@ -189,14 +254,14 @@ def main():
             cells.append(fmt(v["median"]) if v["median"] is not None else "n/a")
             if v.get("note"):
                 na_notes.append((row["label"], c, v["note"]))
-        r1, r2 = row["ratio_fencefs_passthrough_ll"], row["ratio_fencefs_raw"]
-        cells.append(f"{r1:.2f}x" if r1 is not None else "-")
-        cells.append(f"{r2:.2f}x" if r2 is not None else "-")
+        for c in others:
+            r = row.get("ratio_fencefs_" + c)
+            cells.append(f"{r:.2f}x" if r is not None else "-")
         cells.append(row["target"] or "")
         cells.append({True: "yes", False: "NO", None: "" if not row["target"] else "n/a"}[row["target_met"]])
         table.append(cells)
 
-    numeric = set(range(2, 2 + len(selected) + 2))
+    numeric = set(range(2, 2 + len(selected) + len(others)))
     widths = [max(len(h), *(len(r[i]) for r in table)) for i, h in enumerate(head)]
 
     def line(cells):
@@ -233,13 +298,15 @@ def main():
         md += [f"**scripts/setup.sh: {config['setup']}.**", ""]
     md.append(f"Run on {machine['date']}: {machine['nproc']} CPUs ({machine['cpu']}), "
               f"{machine['memory']} RAM, Linux {machine['kernel']}, libfuse {machine['libfuse']}, "
-              f"{machine['fio']}.")
+              f"mergerfs {machine['mergerfs']}, bindfs {machine['bindfs']}, {machine['fio']}. "
+              f"Load average (1, 5, 15 min): {machine['load']}.")
     md.append("")
     md.append("Medians of " + config.get("rounds", "?") + " rounds, contenders interleaved in every "
-              "round (raw, passthrough_ll, fencefs). Overlay and memory rows on a tmpfs backing; "
+              "round (" + ", ".join(selected) + "). Overlay and memory rows on a tmpfs backing; "
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
-              "ff/pt = fencefs ÷ passthrough_ll, ff/raw = fencefs ÷ raw (of the medians). "
-              "For µs, bytes, KiB and s, lower is better.")
+              "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
+              "at least 1.0x every measured overlay (raw is the ceiling, not a contender). "
+              "For µs, bytes, KiB, s and req/job, lower is better.")
     md.append("")
     md.append(md_row(head))
     md.append("|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|")
@@ -251,6 +318,52 @@ def main():
         md.append("")
         for l in note_lines():
             md.append("- " + l)
+    if req_ops:
+        cols = [c for c in selected if c != "raw" and any(c in v for v in req_ops.values())]
+        if any("fencefs-self" in v for v in req_ops.values()):
+            cols.append("fencefs-self")
+        md += ["", "## FUSE requests per legacy job (1 thread), by opcode", "",
+               "Counted by the kernel (tracepoint fuse:fuse_request_send, filtered to each mount): "
+               "(requests for 2N jobs − requests for N jobs) ÷ N, N = "
+               f"{config.get('legacy_files', '?')}. FORGET and INTERRUPT are not counted there. "
+               "fencefs-self: fencefs' own counters (`fencefs_fuse_requests_total`, forgets left "
+               "out) over the same runs.", ""]
+        md.append(md_row(["opcode"] + cols))
+        md.append("|---|" + "|".join("---:" for _ in cols) + "|")
+        shown = [o for o in req_ops if any(abs(v) >= 0.005 for v in req_ops[o].values())]
+        for op in sorted(shown, key=lambda o: (-max(req_ops[o].values()), o)):
+            md.append(md_row([op] + [fmt(req_ops[op][c]) if c in req_ops[op] else "-" for c in cols]))
+    md += ["", "## Run to run", ""]
+    if previous is None:
+        md.append("No earlier result with the same configuration in the results directory.")
+    else:
+        md.append(f"Change of every median since the previous run with the same configuration "
+                  f"(`{os.path.basename(prev_path)}`, {previous.get('machine', {}).get('date', '?')}): "
+                  "(this ÷ previous − 1).")
+        md.append("")
+        md.append(md_row(["workload"] + selected))
+        md.append("|---|" + "|".join("---:" for _ in selected) + "|")
+        prev_rows = {r["key"]: r for r in previous.get("rows", [])}
+        moves = []
+        for row in rows:
+            pr = prev_rows.get(row["key"])
+            if not pr:
+                continue
+            cells = [row["label"]]
+            for c in selected:
+                a = row["values"].get(c, {}).get("median")
+                b = pr.get("values", {}).get(c, {}).get("median")
+                if a is None or not b:
+                    cells.append("-")
+                    continue
+                ch = a / b - 1
+                moves.append(abs(ch))
+                cells.append(f"{ch * 100:+.0f}%".replace("-0%", "+0%"))
+            if any(c != "-" for c in cells[1:]):
+                md.append(md_row(cells))
+        if moves:
+            md += ["", f"Median move {statistics.median(moves) * 100:.0f}%, largest "
+                   f"{max(moves) * 100:.0f}% (over {len(moves)} medians)."]
     md.append("")
     md.append("## Method")
     md.append("")
@@ -258,6 +371,11 @@ def main():
         "- passthrough_ll: libfuse's example compiled from `/usr/share/doc/libfuse3-dev/examples/"
         "passthrough_ll.c` (`cc -O2`), run as `passthrough_ll -f -o source=BACKING MNT` (default "
         "options: cache=auto, 1 s entry/attr timeout, multithreaded loop).\n"
+        "- passthrough_hp: libfuse's C++ example, built from `passthrough_hp.cc` where the installed "
+        "libfuse3-dev ships it, run as `passthrough_hp --nocache BACKING MNT` (write-through).\n"
+        "- mergerfs (Debian's package): `mergerfs -f -o minfreespace=16M BACKING MNT` (one branch; "
+        "the lowered minfreespace only lets it create files on the tmpfs: its default 4G refuses).\n"
+        "- bindfs (Debian's package): `bindfs -f BACKING MNT` (default options).\n"
         "- fencefs: `build/fencefs -f BACKING MNT`; every workload runs under "
         "`fencectl run --mount MNT --domain / --token 1 --` (a bound token).\n"
         f"- fio: psync, buffered, time-based {config.get('fio_runtime_s', '?')} s per job on a "
@@ -267,12 +385,16 @@ def main():
         "their own subdirectory.\n"
         "- daemon CPU: utime+stime of the daemon from /proc/PID/stat (all threads, "
         f"1/{config.get('clk_tck', '?')} s ticks) before and after each legacy-job run, ÷ files.\n"
+        "- FUSE requests per legacy job: one untimed pass per daemon after the timed rounds, on the "
+        "same mounts, with the tracepoint fuse:fuse_request_send enabled in a tracefs instance and "
+        "filtered to the mount's connection (its device number); the table above splits it by "
+        "opcode.\n"
         f"- metadata (`bench/meta.c`): create, stat, unlink {config.get('meta_files', '?')} files; "
         f"list that directory {config.get('meta_listings', '?')} times (entries/s).\n"
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "
-        "both daemons: VmRSS before/after stat-ing every file through the mount ÷ files (user-space "
+        "every daemon: VmRSS before/after stat-ing every file through the mount ÷ files (user-space "
         "memory only: the kernel memory behind any fd a daemon keeps per inode is not in RSS); "
         "peak = VmHWM at the end. "
         f"{config.get('rss_rounds', '?')} round(s). Open-file limit for the daemons: "

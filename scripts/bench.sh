@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Benchmarks fencefs against the raw backing directory and libfuse's passthrough_ll example,
-# interleaved (A B C A B C ... for BENCH_ROUNDS rounds), and writes bench/results/latest.{md,json}
-# (plus a timestamped copy). Not part of the tests. Runs as root (FUSE mounts, tmpfs).
+# Benchmarks fencefs against the raw backing directory and the FUSE overlays users pick instead
+# (libfuse's passthrough_ll and passthrough_hp examples, mergerfs, bindfs), interleaved
+# (A B C A B C ... for BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per
+# small-file job (kernel tracepoint fuse:fuse_request_send), and writes
+# bench/results/latest.{md,json} (plus a timestamped copy). Not part of the tests. Runs as root
+# (FUSE mounts, tmpfs, tracefs).
 #
 # Usage: scripts/bench.sh
 # Environment (defaults in brackets; BENCH_QUICK=1 makes every size tiny, for a smoke test):
 #   BENCH_ROUNDS [5]              rounds of every workload, interleaved across contenders
 #   BENCH_QUICK [0]               1 = tiny sizes and short runtimes
-#   BENCH_CONTENDERS ["raw passthrough_ll fencefs"]
+#   BENCH_CONTENDERS ["raw passthrough_ll passthrough_hp mergerfs bindfs fencefs"]
 #   BENCH_FIO_SIZE [256M]         fio file size           BENCH_FIO_RUNTIME [5]    seconds per fio job
 #   BENCH_LEGACY_FILES [5000]     files per legacy-job run (split over 1 or 4 threads)
 #   BENCH_META_FILES [10000]      files for create/stat/list/unlink
@@ -26,7 +29,8 @@
 #   BENCH_FENCEFS, BENCH_FENCECTL [build/fencefs, build/fencectl]  binaries to benchmark
 #   BENCH_JOURNAL_BENCH [build/bench/journal_bench]  journal helper (built with the library it times)
 # The workload programs (bench/*.c, bench/journal_bench.cc) are CMake targets (FENCEFS_BUILD_BENCH)
-# built into build/bench/; only libfuse's passthrough_ll example is compiled here.
+# built into build/bench/; only libfuse's examples (passthrough_ll, and passthrough_hp where Debian
+# ships its source) are compiled here. mergerfs and bindfs are Debian's packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,7 +38,7 @@ ROOT=$PWD
 QUICK=${BENCH_QUICK:-0}
 q() { if [ "$QUICK" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 ROUNDS=${BENCH_ROUNDS:-5}
-CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll fencefs}
+CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll passthrough_hp mergerfs bindfs fencefs}
 FIO_SIZE=${BENCH_FIO_SIZE:-$(q 256M 16M)}
 FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
 LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
@@ -51,6 +55,7 @@ DISK_DIR=${BENCH_DISK_DIR:-/var/tmp}
 OUT=${BENCH_OUT:-bench/results}
 TIMEOUT=${BENCH_TIMEOUT:-600}
 CLK_TCK=$(getconf CLK_TCK)
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)  # the machine may be shared: the report states its load
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -93,6 +98,7 @@ done
 B=$ROOT/build/bench
 mkdir -p "$B/src"
 EX=/usr/share/doc/libfuse3-dev/examples
+has_example() { [ -f "$EX/$1" ] || [ -f "$EX/$1.gz" ]; }
 fetch_example() {  # the examples may be installed gzipped
   if [ -f "$EX/$1" ]; then cp "$EX/$1" "$B/src/$1"
   elif [ -f "$EX/$1.gz" ]; then gzip -dc "$EX/$1.gz" >"$B/src/$1"
@@ -109,6 +115,31 @@ for prog in legacy_job meta advance; do
   [ -x "$B/$prog" ] || die "$B/$prog missing (configure build/ with -DFENCEFS_BUILD_BENCH=ON)"
 done
 PT_BIN=$B/passthrough_ll
+# passthrough_hp (C++, needs cxxopts.hpp): only where the installed libfuse3-dev ships its source.
+HP_BIN=""
+HP_REASON=""
+if has passthrough_hp; then
+  if ! has_example passthrough_hp.cc; then
+    HP_REASON="not built: Debian's libfuse3-dev $(pkg-config --modversion fuse3) ships no passthrough_hp.cc in $EX (only the C examples)"
+  else
+    fetch_example passthrough_hp.cc
+    if has_example cxxopts.hpp; then fetch_example cxxopts.hpp
+    elif [ -f /usr/include/cxxopts.hpp ]; then cp /usr/include/cxxopts.hpp "$B/src/"; fi
+    if [ ! -f "$B/src/cxxopts.hpp" ]; then
+      HP_REASON="not built: cxxopts.hpp is neither in $EX nor in /usr/include (libcxxopts-dev)"
+    # shellcheck disable=SC2046
+    elif c++ -std=c++17 -O2 -I"$B/src" -o "$B/passthrough_hp" "$B/src/passthrough_hp.cc" \
+        $(pkg-config --cflags --libs fuse3) -lpthread 2>"$B/passthrough_hp.build.log"; then
+      HP_BIN=$B/passthrough_hp
+    else
+      HP_REASON="did not build: $(grep -m1 error "$B/passthrough_hp.build.log" | cut -c1-200)"
+    fi
+  fi
+  [ -n "$HP_BIN" ] || log "passthrough_hp: $HP_REASON"
+fi
+for tool in mergerfs bindfs; do
+  if has $tool && ! command -v $tool >/dev/null; then die "$tool not found (run scripts/setup.sh)"; fi
+done
 FENCEFS=${BENCH_FENCEFS:-$ROOT/build/fencefs}     # override to compare another build (before/after)
 FENCECTL=${BENCH_FENCECTL:-$ROOT/build/fencectl}
 
@@ -131,7 +162,8 @@ T=$W/tmpfs
 mkdir -p "$T"
 RES=$W/results.tsv   # key  contender  round  value
 NOTES=$W/notes.tsv   # key  contender  note
-: >"$RES"; : >"$NOTES"
+REQ_OPS=$W/req_ops.tsv  # FUSE opcode  contender  requests per small-file job
+: >"$RES"; : >"$NOTES"; : >"$REQ_OPS"
 
 MOUNTS=()    # FUSE mountpoints we created
 DPIDS=()     # daemons we started
@@ -157,6 +189,7 @@ cleanup() {
     fi
   done
   for m in "${TMPFS[@]}"; do is_mounted "$m" && umount -l "$m"; done
+  if [ -n "${TI:-}" ] && [ -d "$TI" ]; then echo 0 >"$TI/events/fuse/fuse_request_send/enable"; rmdir "$TI"; fi
   # Remove the work dirs only when nothing is mounted below them any more.
   local d
   for d in "$W" "$J"; do
@@ -182,13 +215,22 @@ wait_mount() {
   return 1
 }
 
-# start_pt BACKING MNT: sets DPID. libfuse's passthrough_ll with default options.
-start_pt() {
-  mkdir -p "$2"
-  "$PT_BIN" -f -o source="$1" "$2" >>"$T/pt.log" 2>&1 &
+# start_overlay CONTENDER BACKING MNT: sets DPID. Every daemon in the foreground (DPID is the
+# daemon), with its default options except where noted in the report's method section.
+start_overlay() {
+  local c=$1 b=$2 m=$3 lg=$T/$1.log
+  mkdir -p "$m"
+  case $c in
+    passthrough_ll) "$PT_BIN" -f -o source="$b" "$m" >>"$lg" 2>&1 & ;;
+    passthrough_hp) "$HP_BIN" --nocache "$b" "$m" >>"$lg" 2>&1 & ;;
+    # minfreespace: mergerfs refuses creates on a branch with less free space (default 4G).
+    mergerfs) mergerfs -f -o minfreespace=16M "$b" "$m" >>"$lg" 2>&1 & ;;
+    bindfs) bindfs -f "$b" "$m" >>"$lg" 2>&1 & ;;
+    *) die "start_overlay: $c" ;;
+  esac
   DPID=$!
-  DPIDS+=("$DPID"); MOUNTS+=("$2")
-  wait_mount "$2" "$DPID" || { log "passthrough_ll did not mount: $(tail -3 "$T/pt.log")"; stop_fs "$2" "$DPID"; return 1; }
+  DPIDS+=("$DPID"); MOUNTS+=("$m")
+  wait_mount "$m" "$DPID" || { log "$c did not mount: $(tail -3 "$lg")"; stop_fs "$m" "$DPID"; return 1; }
 }
 
 # start_ff BACKING MNT: sets DPID. Retries with --init when the binary asks for it.
@@ -259,26 +301,24 @@ if has fencefs; then
 fi
 
 ACTIVE=()
+declare -A MNT_OF=() PID_OF=() SKIP_REASON=()
 for c in $CONTENDERS; do
   case $c in
     raw) mkdir -p "$T/raw/work"; ACTIVE+=(raw) ;;
-    passthrough_ll)
-      mkdir -p "$T/pt/work"
-      start_pt "$T/pt" "$W/mnt/pt" || die "passthrough_ll did not mount"
-      PT_PID=$DPID; PT_MNT=$W/mnt/pt; ACTIVE+=(passthrough_ll) ;;
-    fencefs) if [ "$FF_OK" = 1 ]; then ACTIVE+=(fencefs); fi ;;
+    passthrough_ll | passthrough_hp | mergerfs | bindfs)
+      if [ "$c" = passthrough_hp ] && [ -z "$HP_BIN" ]; then SKIP_REASON[$c]=$HP_REASON; continue; fi
+      mkdir -p "$T/$c/work"
+      start_overlay "$c" "$T/$c" "$W/mnt/$c" || die "$c did not mount"
+      PID_OF[$c]=$DPID; MNT_OF[$c]=$W/mnt/$c; ACTIVE+=("$c") ;;
+    fencefs) if [ "$FF_OK" = 1 ]; then PID_OF[$c]=$FF_PID; MNT_OF[$c]=$FF_MNT; ACTIVE+=(fencefs); fi ;;
     *) die "unknown contender $c" ;;
   esac
 done
 
 workdir() {  # the directory a contender's workloads run in
-  case $1 in
-    raw) echo "$T/raw/work" ;;
-    passthrough_ll) echo "$PT_MNT/work" ;;
-    fencefs) echo "$FF_MNT/work" ;;
-  esac
+  if [ "$1" = raw ]; then echo "$T/raw/work"; else echo "${MNT_OF[$1]}/work"; fi
 }
-daemon_pid() { case $1 in passthrough_ll) echo "$PT_PID" ;; fencefs) echo "$FF_PID" ;; *) echo "" ;; esac; }
+daemon_pid() { echo "${PID_OF[$1]:-}"; }
 
 # as CONTENDER CMD...: runs CMD as the contender needs it (fencefs: bound to token 1 for /).
 as() {
@@ -293,14 +333,21 @@ as() {
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
-  for k in "${OVERLAY_KEYS[@]}" rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
   done
 fi
 if has raw; then
-  for k in cpu_legacy_t1 cpu_legacy_t4 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
+  for k in cpu_legacy_t1 cpu_legacy_t4 req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
 fi
-if has passthrough_ll; then note rss_bound_growth passthrough_ll "no process binding in passthrough_ll"; fi
+for c in passthrough_ll passthrough_hp mergerfs bindfs; do
+  if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
+done
+if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+    note "$k" passthrough_hp "${SKIP_REASON[passthrough_hp]}"
+  done
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Overlay workloads on tmpfs, interleaved: for each round, for each workload, A B C.
@@ -372,6 +419,95 @@ done
 for c in "${ACTIVE[@]}"; do as "$c" rm -f "$(workdir "$c")/fio.dat" || true; done
 
 # ---------------------------------------------------------------------------------------------
+# FUSE requests per small-file job (not timed): the kernel's fuse:fuse_request_send tracepoint,
+# filtered to one mount's connection, counts what every daemon is sent, by opcode, the same way
+# for all of them. Per job = (requests for 2N jobs - requests for N jobs) / N, so the fixed cost
+# of a run (its directories, fencectl's bind) cancels. FORGET and INTERRUPT are not requests to
+# this tracepoint (the kernel queues them apart); fencefs' own counters are read as a cross-check.
+# ---------------------------------------------------------------------------------------------
+TRACEFS=/sys/kernel/tracing
+TI=""
+TRACE_REASON=""
+if [ ! -d "$TRACEFS/events" ]; then mount -t tracefs nodev "$TRACEFS" 2>/dev/null || true; fi
+if [ ! -d "$TRACEFS/events/fuse/fuse_request_send" ]; then
+  TRACE_REASON="no fuse:fuse_request_send tracepoint in $TRACEFS (kernel $(uname -r))"
+elif ! mkdir "$TRACEFS/instances/fencefs-bench-$$" 2>/dev/null; then
+  TRACE_REASON="cannot create a tracefs instance under $TRACEFS/instances"
+else
+  TI=$TRACEFS/instances/fencefs-bench-$$
+  echo 16384 >"$TI/buffer_size_kb"
+fi
+conn_of() { awk -v m="$1" '$5 == m { split($3, d, ":"); print d[1] * 1048576 + d[2]; exit }' /proc/self/mountinfo; }
+# ff_requests: fencefs' own per-opcode counters as "op count" lines (forgets left out).
+ff_requests() {
+  sed -n 's/^fencefs_fuse_requests_total{op="\([a-z_]*\)"} \([0-9]*\)$/\1 \2/p' "$FF_MNT/.fencefs/metrics" |
+    grep -v -E '^(forget|batch_forget) '
+}
+# trace_jobs CONTENDER N OUT: runs N one-thread jobs in a fresh directory with the tracepoint on;
+# OUT gets "op count" lines (the kernel's opcode names) and a "total" line. fencefs: OUT.ff gets
+# the daemon's own counters' difference over the same run.
+trace_jobs() {
+  local c=$1 n=$2 out=$3 d ev=$TI/events/fuse/fuse_request_send conn
+  d=$(workdir "$c")/count-$n
+  conn=$(conn_of "${MNT_OF[$c]}")
+  [ -n "$conn" ] || { echo "no mountinfo line for ${MNT_OF[$c]}" >"$W/count.err"; return 1; }
+  # (Called in a condition, so set -e does not apply: every step checks for itself.)
+  echo "connection == $conn" >"$ev/filter" && : >"$TI/trace" ||
+    { echo "cannot set the tracepoint's filter in $TI" >"$W/count.err"; return 1; }
+  if [ "$c" = fencefs ]; then ff_requests >"$W/ff.before" || { echo "cannot read $FF_MNT/.fencefs/metrics" >"$W/count.err"; return 1; }; fi
+  echo 1 >"$ev/enable" || { echo "cannot enable the tracepoint in $TI" >"$W/count.err"; return 1; }
+  local rc=0
+  as "$c" "$B/legacy_job" "$d" "$n" 1 >/dev/null 2>"$W/count.err" || rc=1
+  echo 0 >"$ev/enable"
+  if [ "$c" = fencefs ]; then ff_requests >"$W/ff.after" || rc=1; fi
+  as "$c" rm -rf "$d" || true
+  [ "$rc" = 0 ] || return 1
+  # Every event must have been kept ("entries-in-buffer/entries-written: KEPT/WRITTEN").
+  local kept
+  kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
+  [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
+  awk '/ opcode [0-9]+ \(FUSE_/ { match($0, /\(FUSE_[A-Z_0-9]+\)/); op = tolower(substr($0, RSTART + 6, RLENGTH - 7)); n[op]++; t++ }
+       END { for (o in n) print o, n[o]; print "total", t + 0 }' "$TI/trace" >"$out"
+  if [ "$c" = fencefs ]; then
+    awk 'NR == FNR { b[$1] = $2; next } { d = $2 - b[$1]; if (d) print $1, d; t += d } END { print "total", t + 0 }' \
+      "$W/ff.before" "$W/ff.after" >"$out.ff"
+  fi
+}
+# per_job A B N: "op value" lines, (B - A) / N for every op in either file.
+per_job() {
+  awk -v n="$3" 'NR == FNR { a[$1] = $2; next } { b[$1] = $2 } END {
+      for (o in a) if (!(o in b)) b[o] = 0
+      for (o in b) printf "%s %.2f\n", o, (b[o] - a[o]) / n }' "$1" "$2"
+}
+COUNT_ACTIVE=()
+for c in "${ACTIVE[@]}"; do [ "$c" = raw ] || COUNT_ACTIVE+=("$c"); done
+if [ -z "$TI" ]; then
+  for c in "${COUNT_ACTIVE[@]}"; do note req_legacy_t1 "$c" "$TRACE_REASON"; done
+else
+  log "request counts: ${COUNT_ACTIVE[*]:-none}, $LEGACY_FILES and $((2 * LEGACY_FILES)) one-thread jobs"
+  for c in "${COUNT_ACTIVE[@]}"; do
+    if trace_jobs "$c" "$LEGACY_FILES" "$W/req1" && trace_jobs "$c" "$((2 * LEGACY_FILES))" "$W/req2"; then
+      per_job "$W/req1" "$W/req2" "$LEGACY_FILES" >"$W/req.per"
+      record req_legacy_t1 "$c" 1 "$(kv total "$W/req.per")"
+      while read -r op v; do
+        [ "$op" = total ] || printf '%s\t%s\t%s\n' "$op" "$c" "$v" >>"$W/req_ops.tsv"
+      done <"$W/req.per"
+      if [ "$c" = fencefs ]; then
+        per_job "$W/req1.ff" "$W/req2.ff" "$LEGACY_FILES" >"$W/req.per.ff"
+        record req_legacy_t1_self fencefs 1 "$(kv total "$W/req.per.ff")"
+        while read -r op v; do
+          [ "$op" = total ] || printf '%s\t%s\t%s\n' "$op" fencefs-self "$v" >>"$W/req_ops.tsv"
+        done <"$W/req.per.ff"
+      fi
+    else
+      note req_legacy_t1 "$c" "$(tail -1 "$W/count.err")"
+    fi
+  done
+  rmdir "$TI" 2>/dev/null || log "left tracefs instance $TI"
+  TI=""
+fi
+
+# ---------------------------------------------------------------------------------------------
 # Daemon memory: RSS growth per cached inode (and per bound process for fencefs). Fresh mounts.
 # ---------------------------------------------------------------------------------------------
 rss_run() {  # rss_run CONTENDER ROUND
@@ -381,7 +517,7 @@ rss_run() {  # rss_run CONTENDER ROUND
   local c=$1 r=$2 b=$T/rss-$1-$2 m=$W/mnt/rss-$1-$2 pid rss0 rss1 i p first=${#SLEEPERS[@]}
   mkdir -p "$b/many"
   "$B/meta" create "$b/many" "$RSS_INODES" >/dev/null
-  if [ "$c" = passthrough_ll ]; then start_pt "$b" "$m" || { note rss_inode_growth "$c" "mount failed"; return; }
+  if [ "$c" != fencefs ]; then start_overlay "$c" "$b" "$m" || { note rss_inode_growth "$c" "mount failed"; return; }
   else start_ff "$b" "$m" || { note rss_inode_growth "$c" "mount failed: $(tail -1 "$FF_LOG")"; return; }; fi
   pid=$DPID
   stat "$m" "$m/many" >/dev/null
@@ -448,8 +584,7 @@ for ((r = 1; r <= RSS_ROUNDS; r++)); do
 done
 
 # The overlay mounts are done with.
-[ -n "${PT_PID:-}" ] && stop_fs "$PT_MNT" "$PT_PID"
-[ -n "${FF_PID:-}" ] && stop_fs "$FF_MNT" "$FF_PID"
+for c in "${!PID_OF[@]}"; do stop_fs "${MNT_OF[$c]}" "${PID_OF[$c]}"; done
 
 # ---------------------------------------------------------------------------------------------
 # Journal rows (fencefs only) on the real disk.
@@ -617,7 +752,8 @@ fi
 mkdir -p "$OUT"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-export BENCH_R_NPROC BENCH_R_MODEL BENCH_R_KERNEL BENCH_R_DATE BENCH_R_LIBFUSE BENCH_R_FIO BENCH_R_MEM
+export BENCH_R_NPROC BENCH_R_MODEL BENCH_R_KERNEL BENCH_R_DATE BENCH_R_LIBFUSE BENCH_R_FIO BENCH_R_MEM \
+  BENCH_R_MERGERFS BENCH_R_BINDFS BENCH_R_LOAD
 BENCH_R_NPROC=$(nproc)
 BENCH_R_MODEL=${model:-unknown}
 BENCH_R_KERNEL=$(uname -r)
@@ -625,8 +761,11 @@ BENCH_R_DATE=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
 BENCH_R_LIBFUSE=$(pkg-config --modversion fuse3)
 BENCH_R_FIO=$(fio --version)
 BENCH_R_MEM=$(awk '/^MemTotal/ { printf "%.1f GiB", $2 / 1048576; exit }' /proc/meminfo)
+BENCH_R_MERGERFS=$(dpkg-query -W -f='${Version}' mergerfs 2>/dev/null || echo none)
+BENCH_R_BINDFS=$(dpkg-query -W -f='${Version}' bindfs 2>/dev/null || echo none)
+BENCH_R_LOAD="$LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
 python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
-  --contenders "${CONTENDERS}" \
+  --contenders "${CONTENDERS}" --req-ops "$REQ_OPS" --history "$OUT" \
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
   "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \

@@ -14,7 +14,8 @@ D=$(mktemp -d /dev/shm/fencefs-bench-cluster.XXXXXX)
 ETCD_PID=
 cleanup() {
   for m in "$D"/m*; do grep -q " $m " /proc/mounts && fusermount3 -u "$m"; done
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null
+  # etcd exits 143 on SIGTERM: under set -e a bare failing wait would end the cleanup here.
+  if [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null; then wait "$ETCD_PID" 2>/dev/null || true; fi
   rm -rf "$D"
 }
 trap cleanup EXIT

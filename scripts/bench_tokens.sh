@@ -13,9 +13,10 @@ FENCEFS=$1 FENCECTL=$2 N=${3:-200}
 D=$(mktemp -d /tmp/fencefs-bench-tokens.XXXXXX)
 ETCD_PID= FF_PID=
 cleanup() {
-  [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null && wait "$ETCD_PID" 2>/dev/null
+  # etcd exits 143 on SIGTERM: under set -e a bare failing wait would end the cleanup here.
+  if [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null; then wait "$ETCD_PID" 2>/dev/null || true; fi
   grep -q " $D/mnt " /proc/mounts && fusermount3 -u "$D/mnt"
-  [ -n "$FF_PID" ] && wait "$FF_PID" 2>/dev/null
+  if [ -n "$FF_PID" ]; then wait "$FF_PID" 2>/dev/null || true; fi
   rm -rf "$D"
 }
 trap cleanup EXIT

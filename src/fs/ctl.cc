@@ -15,6 +15,7 @@
 #include "common/prometheus.h"
 #include "ctl/protocol.h"
 #include "fencefs/ioctl.h"
+#include "fs/op_stats.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -495,6 +496,7 @@ std::string Fs::render_metrics() {
     if (int64_t ns = d->last_advance_unix_ns.load())
       out += fmt::format("fencefs_last_advance_timestamp_seconds{{domain=\"{}\"}} {:.3f}\n",
                          label(d->path), static_cast<double>(ns) / 1e9);
+  out += op_stats::render();
   // Every series names its mount: the pages of several mounts can be merged into one scrape.
   return common::prom_with_label(out, "mount", opts_.mountpoint);
 }

@@ -1,6 +1,8 @@
 // The operations table and session setup.
 #include "fs/ops.h"
 
+#include "fs/op_stats.h"
+
 namespace fencefs::fs {
 namespace {
 
@@ -107,7 +109,7 @@ fuse_lowlevel_ops make_ops() {
 Fs& fs(fuse_req_t req) { return *static_cast<Fs*>(fuse_req_userdata(req)); }
 
 const fuse_lowlevel_ops& operations() {
-  static const fuse_lowlevel_ops ops = make_ops();
+  static const fuse_lowlevel_ops ops = op_stats::counted(make_ops());
   return ops;
 }
 
