@@ -303,6 +303,58 @@ std::string read_key(const std::string& file) {
 
 int parse_args(fuse_args* args, Args* a) { return fuse_opt_parse(args, a, kSpecs, opt_proc); }
 
+namespace {
+
+// BACKING, MOUNTPOINT and state=: canonical, of the right kind, none inside another where that
+// would expose or hide something.
+void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
+  Settings& o = *out;
+  const bool cluster_mode = o.cluster_mode;
+  std::string error;
+  char real[PATH_MAX];
+  if (!realpath(a.backing.c_str(), real))
+    die(fmt::format("backing directory {}: {}", a.backing, common::errstr(errno)));
+  std::string& backing = o.backing = real;
+  struct stat st;
+  if (stat(backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    die(fmt::format("backing {} is not a directory", backing));
+  if (!realpath(copts.mountpoint, real))
+    die(fmt::format("mountpoint {}: {}", copts.mountpoint, common::errstr(errno)));
+  std::string& mnt = o.mnt = real;
+  auto busy = daemon::is_mountpoint(mnt, &error);
+  if (!busy) die(error);
+  if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
+  if (under(mnt, backing) || under(backing, mnt))
+    die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));
+  auto full = daemon::dir_has_entries(mnt, &error);
+  if (!full) die(error);
+  if (*full && !a.nonempty)
+    die(fmt::format(
+        "mountpoint {} is not empty: the mount would hide its files; use an empty directory "
+        "or -o nonempty",
+        mnt));
+
+  std::string& state = o.state = backing + "/.fencefs";
+  if (a.state) {
+    state = canonical_maybe_missing(a.state, "state directory");
+    if (under(state, backing) && state != backing + "/.fencefs")
+      die(
+          fmt::format("state directory {} is inside BACKING and would be reachable through the "
+                      "mount; use BACKING/.fencefs or a directory outside BACKING",
+                      state));
+    if (under(state, mnt)) die(fmt::format("state directory {} is under the mountpoint", state));
+    if (cluster_mode && under(state, backing))
+      die(
+          fmt::format("state directory {} is inside the shared BACKING; in cluster mode each "
+                      "member needs its own, outside BACKING",
+                      state));
+  }
+  if (stat(state.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
+    die(fmt::format("state directory {} is not a directory", state));
+}
+
+}  // namespace
+
 Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   Settings o;
   auto& log_target = o.log_target;
@@ -345,46 +397,8 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   if (a.timeout) fopts.timeout = parse_seconds(a.timeout, "timeout");
   if (a.pidfile && !daemon::pidfile_ok(a.pidfile, &error)) die(error);
 
-  char real[PATH_MAX];
-  if (!realpath(a.backing.c_str(), real))
-    die(fmt::format("backing directory {}: {}", a.backing, common::errstr(errno)));
-  std::string& backing = o.backing = real;
-  struct stat st;
-  if (stat(backing.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    die(fmt::format("backing {} is not a directory", backing));
-  if (!realpath(copts.mountpoint, real))
-    die(fmt::format("mountpoint {}: {}", copts.mountpoint, common::errstr(errno)));
-  std::string& mnt = o.mnt = real;
-  auto busy = daemon::is_mountpoint(mnt, &error);
-  if (!busy) die(error);
-  if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
-  if (under(mnt, backing) || under(backing, mnt))
-    die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));
-  auto full = daemon::dir_has_entries(mnt, &error);
-  if (!full) die(error);
-  if (*full && !a.nonempty)
-    die(fmt::format(
-        "mountpoint {} is not empty: the mount would hide its files; use an empty directory "
-        "or -o nonempty",
-        mnt));
-
-  std::string& state = o.state = backing + "/.fencefs";
-  if (a.state) {
-    state = canonical_maybe_missing(a.state, "state directory");
-    if (under(state, backing) && state != backing + "/.fencefs")
-      die(
-          fmt::format("state directory {} is inside BACKING and would be reachable through the "
-                      "mount; use BACKING/.fencefs or a directory outside BACKING",
-                      state));
-    if (under(state, mnt)) die(fmt::format("state directory {} is under the mountpoint", state));
-    if (cluster_mode && under(state, backing))
-      die(
-          fmt::format("state directory {} is inside the shared BACKING; in cluster mode each "
-                      "member needs its own, outside BACKING",
-                      state));
-  }
-  if (stat(state.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
-    die(fmt::format("state directory {} is not a directory", state));
+  check_paths(a, copts, &o);
+  const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
   cfg.backing = backing;
   aopts.dir = state;
   fopts.backing = backing;

@@ -58,99 +58,47 @@ void remove_new_entries(const std::string& dir, const std::vector<std::string>& 
     if (std::find(before.begin(), before.end(), n) == before.end()) unlink((dir + "/" + n).c_str());
 }
 
-}  // namespace
-
-int main(int argc, char* argv[]) {
-  fuse_args args = FUSE_ARGS_INIT(argc, argv);
-  struct FreeArgs {
-    fuse_args* a;
-    ~FreeArgs() { fuse_opt_free_args(a); }
-  } free_args{&args};
-  daemon::Args a;
-  if (daemon::parse_args(&args, &a) != 0) return 1;
-  if (a.help) {
-    std::cout << daemon::kUsage;
-    return 0;
-  }
-  if (a.version) {
-    std::cout << "fencefs 0.1 (libfuse " << fuse_pkgversion() << ")\n";
-    return 0;
-  }
-  fuse_cmdline_opts copts;
-  if (fuse_parse_cmdline(&args, &copts) != 0) return 1;
-  if (a.backing.empty() || !copts.mountpoint) {
-    std::cerr << daemon::kUsage;
-    return 1;
-  }
-
-  daemon::Settings o = daemon::check_options(a, copts);
-  std::string error;
-  const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
+// A state about to be created: dies when BACKING holds stamps of a lost state (unless init),
+// else the floor the new state starts at (the highest stamp found; 0 in cluster mode).
+uint64_t floor_for_new_state(const daemon::Settings& o, bool init) {
+  const std::string &backing = o.backing, &state = o.state;
   const bool cluster_mode = o.cluster_mode;
-  auto& fopts = o.fopts;
+  fence::StampScan scan = fence::scan_stamps(backing);
+  uint64_t highest = scan.highest, stamped = scan.stamped_files + scan.highwater_marks;
+  // In cluster mode the epochs come from etcd at join; stamps above them are then a rollback.
+  if (stamped > 0 && !init && !cluster_mode)
+    die(
+        fmt::format("no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
+                    "the state was lost, moved or not restored. Restore it, point state= at "
+                    "it, or pass --init to start anew with every domain at epoch {}",
+                    state, stamped, backing, highest, highest));
+  return cluster_mode ? 0 : highest;
+}
 
-  // Lost state over stamped files would silently reopen old epochs: refuse unless told.
-  journal::FileLayer& files = journal::posix_file_layer();
-  bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
-  uint64_t init_floor = 0;
-  if (maybe_fresh) {
-    fence::StampScan scan = fence::scan_stamps(backing);
-    uint64_t highest = scan.highest, stamped = scan.stamped_files + scan.highwater_marks;
-    // In cluster mode the epochs come from etcd at join; stamps above them are then a rollback.
-    if (stamped > 0 && !a.init && !cluster_mode)
-      die(fmt::format(
-          "no state in {}, but {} file(s) in {} carry fencefs stamps (epochs up to {}): "
-          "the state was lost, moved or not restored. Restore it, point state= at "
-          "it, or pass --init to start anew with every domain at epoch {}",
-          state, stamped, backing, highest, highest));
-    if (!cluster_mode) init_floor = highest;
-  }
-
+// Adds the options every fencefs mount has, then checks libfuse's options on a session that is
+// thrown away.
+void add_mount_options(fuse_args* args, const std::string& backing) {
   // libfuse's own options, checked on a session that is thrown away.
   // Last, so it wins over `dev,suid` from mount(8) or fstab `defaults`: a device node or set-id
   // file in the tree would be a way around the fence.
   std::string mopts =
       "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
-  fuse_opt_add_arg(&args, "-o");
-  fuse_opt_add_arg(&args, mopts.c_str());
+  fuse_opt_add_arg(args, "-o");
+  fuse_opt_add_arg(args, mopts.c_str());
   {
     fuse_args probe = FUSE_ARGS_INIT(0, nullptr);
-    for (int i = 0; i < args.argc; i++) fuse_opt_add_arg(&probe, args.argv[i]);
+    for (int i = 0; i < args->argc; i++) fuse_opt_add_arg(&probe, args->argv[i]);
     fuse_lowlevel_ops none{};
     fuse_session* se = fuse_session_new(&probe, &none, sizeof none, nullptr);
     fuse_opt_free_args(&probe);
     if (!se) die("cannot create the FUSE session (an unknown or malformed -o option?)");
     fuse_session_destroy(se);
   }
+}
 
-  // From here on, everything created is undone if the mount fails.
-  if (o.log_target.sink != log::Sink::Stderr) {
-    if (!log::open(o.log_target, &error)) die(error);
-    daemon::log_failures_too();
-  }
-  if (mkdir(state.c_str(), 0700) == 0) {
-    // Until the lock is ours another daemon may be creating files here: only the directory we
-    // made, once empty again, is removed.
-    daemon::on_failure([=] { rmdir(state.c_str()); });
-  } else if (errno != EEXIST) {
-    die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
-  }
-
-  auto claim = daemon::Claim::take({backing, state, mnt, a.takeover != 0, cluster_mode}, &error);
-  if (!claim) die(error);
-  daemon::on_failure([&claim] { claim->abandon(); });
-  // The state is ours now: what this mount creates in it from here is removed if it fails.
-  std::vector<std::string> state_before = entries(state);
-  daemon::on_failure([=] { remove_new_entries(state, state_before); });
-  if (!claim->publish(&error)) die(error);
-  if (auto& prev = claim->previous())
-    log::warn("backing {} was last served by {}, which is gone{}", backing, prev->describe(),
-              a.takeover ? " (takeover)" : "");
-
-  // The lock makes the state ours: only now is "no state yet" settled.
-  bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
-  if (fresh && !maybe_fresh) die(fmt::format("the state in {} disappeared while mounting", state));
-
+std::unique_ptr<journal::StateStore> open_state(const std::string& state, bool fresh,
+                                                journal::FileLayer& files) {
+  std::string error;
   journal::Options jopts;
   jopts.create_if_missing = fresh;
   auto store = journal::StateStore::open(state, jopts, files, &error);
@@ -167,13 +115,17 @@ int main(int argc, char* argv[]) {
         log::warn("state: {}", msgs[i]);
     }
   }
+  return store;
+}
 
-  fence::DomainTable domains;
-  for (auto& d : store->domains()) {
+// The domains of the state, each found at its place in BACKING.
+void load_domains(journal::StateStore& store, const std::string& backing,
+                  fence::DomainTable* domains) {
+  for (auto& d : store.domains()) {
     if (d.path == "/") {
       struct stat dst {};
       stat(backing.c_str(), &dst);
-      domains.add(d.id, d.path, d.epoch, dst.st_dev, dst.st_ino);
+      domains->add(d.id, d.path, d.epoch, dst.st_dev, dst.st_ino);
       continue;
     }
     // A domain is the directory at its declared place, followed step by step by identity; a
@@ -188,79 +140,47 @@ int main(int argc, char* argv[]) {
           "domain {}: its directory {}{} is missing ({}); it is the domain again once a "
           "directory is at that path",
           d.path, backing, d.path, common::errstr(-fd));
-    domains.add(d.id, d.path, d.epoch, std::move(place));
+    domains->add(d.id, d.path, d.epoch, std::move(place));
   }
-  if (!domains.root()) die("state has no root domain");
+  if (!domains->root()) die("state has no root domain");
+}
 
-  audit::Log audit_log(o.aopts);
-  fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  fence::Fence fence(o.cfg, domains, *store, &audit_log, &highwater);
-  std::unique_ptr<cluster::Cluster> cluster;
-  if (cluster_mode) {
-    // etcd is the authority: join (register, read every domain and epoch, raise the local view)
-    // before anything is compared with the local view.
-    cluster = std::make_unique<cluster::Cluster>(
-        *o.cluster_opts, fence, open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    std::string why;
-    if (cluster->join(&why) != 0) die(why);
-    fence.set_authority(cluster.get());
-    // A failed start must not leave a registered member behind: advances would wait for it.
-    daemon::on_failure([&cluster] { cluster->leave(); });
-  }
-
-  // Many cached inodes each hold an O_PATH fd.
-  rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-  }
-  umask(0);  // modes arrive already masked by the caller's umask
-
-  int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
-  if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
-  {
-    // Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
-    std::string probe = state + "/.xattr-probe";
-    int pfd = open(probe.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-    if (pfd >= 0) {
-      if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
-        fopts.stamps = false;
-        log::warn(
-            "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
-            "stamps, so a rolled-back state cannot be detected from them",
-            common::errstr(errno));
-      }
-      close(pfd);
-      unlink(probe.c_str());
+// Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
+bool backing_has_xattrs(const std::string& state) {
+  bool ok = true;
+  std::string probe = state + "/.xattr-probe";
+  int pfd = open(probe.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  if (pfd >= 0) {
+    if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
+      ok = false;
+      log::warn(
+          "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
+          "stamps, so a rolled-back state cannot be detected from them",
+          common::errstr(errno));
     }
+    close(pfd);
+    unlink(probe.c_str());
   }
-  // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
-  fence::Bindings bindings;
-  daemon::BindingStore binding_store(state);
-  {
-    auto r =
-        binding_store.restore(bindings, [&](uint32_t id) { return domains.by_id(id) != nullptr; });
-    if (r.restored || r.dropped)
-      log::info("bindings: {} process(es) rebound, {} gone or changed", r.restored, r.dropped);
-    bindings.on_change = [&](pid_t pid, uint32_t domain, fence::Epoch token, bool bound) {
-      binding_store.record(bindings, pid, domain, token, bound);
-    };
-  }
-  fs::Fs filesystem(fopts, fence, bindings, root_fd);
+  return ok;
+}
 
-  fuse_session* se =
-      fuse_session_new(&args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
-  if (!se) die("cannot create the FUSE session (bad option?)");
-  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
-  // SIGHUP would end the session (libfuse's handler), others would kill the daemon: a thread
-  // takes them instead (started once the daemon runs in its final process).
-  daemon::block_handled_signals();
-  if (fuse_session_mount(se, mnt.c_str()) != 0)
-    die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
-  daemon::on_failure([se] { fuse_session_unmount(se); });
+// Rebinds the processes of before a restart that are still exactly the same, and records every
+// later change of the bindings in the store.
+void restore_bindings(daemon::BindingStore& binding_store, fence::Bindings& bindings,
+                      fence::DomainTable& domains) {
+  auto r =
+      binding_store.restore(bindings, [&](uint32_t id) { return domains.by_id(id) != nullptr; });
+  if (r.restored || r.dropped)
+    log::info("bindings: {} process(es) rebound, {} gone or changed", r.restored, r.dropped);
+  bindings.on_change = [&](pid_t pid, uint32_t domain, fence::Epoch token, bool bound) {
+    binding_store.record(bindings, pid, domain, token, bound);
+  };
+}
 
-  // Mounted, not yet serving: requests wait for the session loop, so the floor and the
-  // records below precede every operation.
+// Before serving: a rollback the stamps show, the floor applied, the mount itself, audited.
+void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floor,
+                  const daemon::Settings& o) {
+  const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
   for (const std::string& msg : fence.check_rollback()) {
     log::error("{}", msg);
     audit::Event e;
@@ -270,7 +190,6 @@ int main(int argc, char* argv[]) {
     e.message = msg;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
   }
-  uint64_t floor = std::max(o.floor_opt, init_floor);
   if (floor > 0) {
     std::string why;
     if (fence.apply_floor(floor, &why) != 0) die(why);
@@ -286,20 +205,185 @@ int main(int argc, char* argv[]) {
     e.op = "mount";
     e.decision = "info";
     e.message = fmt::format("mounted {} at {}; state {}", backing, mnt, state);
-    for (auto& m : store->report().messages) e.message += "; " + m;
+    for (auto& m : store.report().messages) e.message += "; " + m;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
   }
-  log::info("mounted {} at {} (state {})", backing, mnt, state);
-  daemon::startup_done();
+}
 
-  if (!copts.foreground) log::keep_stderr();  // the stderr fallback outlives the detach
-  fuse_daemonize(copts.foreground);
-  if (!claim->publish(&error)) log::error("{}", error);  // the pid changed when it detached
-  std::string pidfile = a.pidfile ? a.pidfile : "";
+int serve(fuse_session* se, bool singlethread) {
+  if (singlethread) return fuse_session_loop(se);
+  fuse_loop_config* lc = fuse_loop_cfg_create();
+  fuse_loop_cfg_set_clone_fd(lc, 1);  // a /dev/fuse fd per worker: measured less daemon CPU
+  fuse_loop_cfg_set_max_threads(lc, 16);
+  int ret = fuse_session_loop_mt(se, lc);
+  fuse_loop_cfg_destroy(lc);
+  return ret;
+}
+
+// The command line into a and copts; an exit status when there is nothing to mount (help,
+// version, a usage error).
+std::optional<int> parse_command_line(fuse_args* args, daemon::Args* a, fuse_cmdline_opts* copts) {
+  if (daemon::parse_args(args, a) != 0) return 1;
+  if (a->help) {
+    std::cout << daemon::kUsage;
+    return 0;
+  }
+  if (a->version) {
+    std::cout << "fencefs 0.1 (libfuse " << fuse_pkgversion() << ")\n";
+    return 0;
+  }
+  if (fuse_parse_cmdline(args, copts) != 0) return 1;
+  if (a->backing.empty() || !copts->mountpoint) {
+    std::cerr << daemon::kUsage;
+    return 1;
+  }
+  return std::nullopt;
+}
+
+// Opens the log, creates the state directory if need be and takes the backing and the state for
+// this daemon (daemon/claim.h).
+std::unique_ptr<daemon::Claim> claim_state(const daemon::Settings& o, bool takeover) {
+  const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
+  const bool cluster_mode = o.cluster_mode;
+  std::string error;
+  if (o.log_target.sink != log::Sink::Stderr) {
+    if (!log::open(o.log_target, &error)) die(error);
+    daemon::log_failures_too();
+  }
+  if (mkdir(state.c_str(), 0700) == 0) {
+    // Until the lock is ours another daemon may be creating files here: only the directory we
+    // made, once empty again, is removed.
+    daemon::on_failure([=] { rmdir(state.c_str()); });
+  } else if (errno != EEXIST) {
+    die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
+  }
+
+  auto claim = daemon::Claim::take({backing, state, mnt, takeover, cluster_mode}, &error);
+  if (!claim) die(error);
+  daemon::on_failure([c = claim.get()] { c->abandon(); });
+  // The state is ours now: what this mount creates in it from here is removed if it fails.
+  std::vector<std::string> state_before = entries(state);
+  daemon::on_failure([=] { remove_new_entries(state, state_before); });
+  if (!claim->publish(&error)) die(error);
+  if (auto& prev = claim->previous())
+    log::warn("backing {} was last served by {}, which is gone{}", backing, prev->describe(),
+              takeover ? " (takeover)" : "");
+  return claim;
+}
+
+// etcd is the authority: join (register, read every domain and epoch, raise the local view)
+// before anything is compared with the local view.
+std::unique_ptr<cluster::Cluster> join_cluster(const daemon::Settings& o, fence::Fence& fence) {
+  auto cluster = std::make_unique<cluster::Cluster>(
+      *o.cluster_opts, fence, open(o.backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  std::string why;
+  if (cluster->join(&why) != 0) die(why);
+  fence.set_authority(cluster.get());
+  // A failed start must not leave a registered member behind: advances would wait for it.
+  daemon::on_failure([c = cluster.get()] { c->leave(); });
+  return cluster;
+}
+
+fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const std::string& mnt) {
+  fuse_session* se =
+      fuse_session_new(args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
+  if (!se) die("cannot create the FUSE session (bad option?)");
+  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
+  // SIGHUP would end the session (libfuse's handler), others would kill the daemon: a thread
+  // takes them instead (started once the daemon runs in its final process).
+  daemon::block_handled_signals();
+  if (fuse_session_mount(se, mnt.c_str()) != 0)
+    die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
+  daemon::on_failure([se] { fuse_session_unmount(se); });
+  return se;
+}
+
+// Detaches from the terminal (unless -f) and writes the pid file; the pid file written ("" for
+// none).
+std::string detach(bool foreground, daemon::Claim& claim, const char* pidfile_opt) {
+  std::string error;
+  if (!foreground) log::keep_stderr();  // the stderr fallback outlives the detach
+  fuse_daemonize(foreground);
+  if (!claim.publish(&error)) log::error("{}", error);  // the pid changed when it detached
+  std::string pidfile = pidfile_opt ? pidfile_opt : "";
   if (!pidfile.empty() && !daemon::write_pidfile(pidfile, &error)) {
     log::error("{}", error);
     pidfile.clear();
   }
+  return pidfile;
+}
+
+void raise_fd_limit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+}  // namespace
+
+// long: the daemon's wiring in order; each object it makes lives for the whole session.
+int main(int argc, char* argv[]) {
+  fuse_args args = FUSE_ARGS_INIT(argc, argv);
+  struct FreeArgs {
+    fuse_args* a;
+    ~FreeArgs() { fuse_opt_free_args(a); }
+  } free_args{&args};
+  daemon::Args a;
+  fuse_cmdline_opts copts;
+  if (auto done = parse_command_line(&args, &a, &copts)) return *done;
+
+  daemon::Settings o = daemon::check_options(a, copts);
+  const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
+  const bool cluster_mode = o.cluster_mode;
+  auto& fopts = o.fopts;
+
+  // Lost state over stamped files would silently reopen old epochs: refuse unless told.
+  journal::FileLayer& files = journal::posix_file_layer();
+  bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  uint64_t init_floor = maybe_fresh ? floor_for_new_state(o, a.init != 0) : 0;
+
+  add_mount_options(&args, backing);
+
+  // From here on, everything created is undone if the mount fails.
+  auto claim = claim_state(o, a.takeover != 0);
+
+  // The lock makes the state ours: only now is "no state yet" settled.
+  bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  if (fresh && !maybe_fresh) die(fmt::format("the state in {} disappeared while mounting", state));
+
+  auto store = open_state(state, fresh, files);
+
+  fence::DomainTable domains;
+  load_domains(*store, backing, &domains);
+
+  audit::Log audit_log(o.aopts);
+  fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  fence::Fence fence(o.cfg, domains, *store, &audit_log, &highwater);
+  std::unique_ptr<cluster::Cluster> cluster = cluster_mode ? join_cluster(o, fence) : nullptr;
+
+  raise_fd_limit();  // many cached inodes each hold an O_PATH fd
+  umask(0);          // modes arrive already masked by the caller's umask
+
+  int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
+  if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
+  fopts.stamps = backing_has_xattrs(state);
+  // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
+  fence::Bindings bindings;
+  daemon::BindingStore binding_store(state);
+  restore_bindings(binding_store, bindings, domains);
+  fs::Fs filesystem(fopts, fence, bindings, root_fd);
+
+  fuse_session* se = mount_session(&args, filesystem, mnt);
+
+  // Mounted, not yet serving: requests wait for the session loop, so the floor and the
+  // records below precede every operation.
+  record_start(fence, *store, std::max(o.floor_opt, init_floor), o);
+  log::info("mounted {} at {} (state {})", backing, mnt, state);
+  daemon::startup_done();
+
+  std::string pidfile = detach(copts.foreground != 0, *claim, a.pidfile);
   daemon::start_signal_thread();
   highwater.start();
   if (cluster) cluster->start();
@@ -307,16 +391,7 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.start(se);
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
-  int ret;
-  if (copts.singlethread) {
-    ret = fuse_session_loop(se);
-  } else {
-    fuse_loop_config* lc = fuse_loop_cfg_create();
-    fuse_loop_cfg_set_clone_fd(lc, 1);  // a /dev/fuse fd per worker: measured less daemon CPU
-    fuse_loop_cfg_set_max_threads(lc, 16);
-    ret = fuse_session_loop_mt(se, lc);
-    fuse_loop_cfg_destroy(lc);
-  }
+  int ret = serve(se, copts.singlethread != 0);
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
