@@ -52,6 +52,10 @@ B=build
 if want format && command -v clang-format >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
   run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
 fi
+if want format; then
+  # Files over 500 lines and functions over 80 need a `// long: <reason>` comment.
+  run "size" scripts/check_size.py src
+fi
 if want tidy; then
   # .clang-tidy holds the checks (and why each disabled one is off) and makes findings errors;
   # build/compile_commands.json says how each file is compiled. Findings go to stdout.

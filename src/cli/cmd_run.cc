@@ -243,6 +243,7 @@ bool wait_exit(int pidfd, pid_t pid, int ms, int* st) {
 }
 
 // Runs CMD in its own process group while the lease is alive.
+// long: the child, the keepalive callback and the signal loop share the lease's lost state.
 int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g, const User& user,
                     const Args& args, size_t cmd) {
   int lost_fd = eventfd(0, EFD_CLOEXEC);

@@ -63,6 +63,7 @@ std::string render_status_json(Fs& f) {
   return out;
 }
 
+// long: one metric family after another, in the order they are exposed.
 std::string render_metrics(Fs& f) {
   std::string out;
   auto domains = f.fence().domains().all();
