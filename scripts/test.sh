@@ -63,7 +63,8 @@ if want tidy; then
   run "clang-tidy" tidy
 fi
 if want clang; then
-  # The same tree with clang, warnings as errors, beside GCC's build/.
+  # The same tree with clang, warnings as errors (-Wthread-safety checks the lock annotations),
+  # beside GCC's build/.
   clang_build() {
     CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DFENCEFS_WERROR=ON >/dev/null && cmake --build build-clang -j"$JOBS" >/dev/null

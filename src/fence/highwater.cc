@@ -15,13 +15,13 @@ namespace fencefs::fence {
 HighWater::HighWater(int dir_fd) : fd_(dir_fd) {}
 
 void HighWater::start() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { writer(); });
 }
 
 HighWater::~HighWater() {
   {
-    std::lock_guard lk(mu_);
+    common::MutexLock lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -31,9 +31,9 @@ HighWater::~HighWater() {
 }
 
 void HighWater::writer() {
-  std::unique_lock lk(mu_);
+  common::UniqueLock lk(mu_);
   while (!stop_) {
-    cv_.wait(lk, [this] { return dirty_ || stop_; });
+    cv_.wait(lk.native(), [this]() REQUIRES(mu_) { return dirty_ || stop_; });
     if (stop_) break;
     write_locked();
     lk.unlock();
@@ -43,7 +43,7 @@ void HighWater::writer() {
 }
 
 void HighWater::flush() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   if (dirty_) write_locked();
 }
 
@@ -81,7 +81,7 @@ std::map<std::string, Epoch> HighWater::decode(std::string_view text) {
 }
 
 std::map<std::string, Epoch> HighWater::load() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   if (!loaded_) {
     char buf[65536];
     ssize_t n = fgetxattr(fd_, kXattr, buf, sizeof buf);
@@ -93,7 +93,7 @@ std::map<std::string, Epoch> HighWater::load() {
 
 void HighWater::record(const std::string& domain, Epoch epoch) {
   load();
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   Epoch& e = cur_[domain];
   if (e >= epoch) return;
   e = epoch;
