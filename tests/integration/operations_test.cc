@@ -30,8 +30,6 @@ namespace {
 const std::string kFencefs = FENCEFS_BIN;
 const std::string kCtl = FENCECTL_BIN;
 
-bool is_mounted(const std::string& dir) { return sh("mountpoint -q '" + dir + "'") == 0; }
-
 struct Daemon {
   int status = -1;  // exit status, or kMounted
   std::string out;  // stdout and stderr
