@@ -201,7 +201,7 @@ void drain_lines(std::string* pending, const std::function<void(const std::strin
 // audit.log to audit.log.1 (and so on) and starts a new one, maybe several times between two
 // looks: the file followed is read to its end, then every rotated file not read yet, oldest
 // first, then the new audit.log.
-[[noreturn]] void follow_log(const std::string& state, ReadPoint at,
+[[noreturn]] void follow_log(const std::string& state, const ReadPoint& at,
                              const std::function<void(const std::string&)>& emit) {
   const std::string& current = at.current;
   off_t current_off = at.off;
