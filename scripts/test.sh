@@ -54,6 +54,10 @@ B=build
 if want format && command -v clang-format >/dev/null && git rev-parse --git-dir >/dev/null 2>&1; then
   run "clang-format" sh -c 'git ls-files "*.cc" "*.h" "*.c" | xargs clang-format --dry-run --Werror'
 fi
+if want format; then
+  # Files over 500 lines and functions over 80 need a `// long: <reason>` comment.
+  run "size" scripts/check_size.py src
+fi
 if want tidy; then
   # .clang-tidy holds the checks (and why each disabled one is off) and makes findings errors;
   # build/compile_commands.json says how each file is compiled. Findings go to stdout.
@@ -61,7 +65,8 @@ if want tidy; then
   run "clang-tidy" tidy
 fi
 if want clang; then
-  # The same tree with clang, warnings as errors, beside GCC's build/.
+  # The same tree with clang, warnings as errors (-Wthread-safety checks the lock annotations),
+  # beside GCC's build/.
   clang_build() {
     CC=clang CXX=clang++ cmake -S . -B build-clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DFENCEFS_WERROR=ON >/dev/null && cmake --build build-clang -j"$JOBS" >/dev/null

@@ -25,10 +25,7 @@
 namespace fencefs::cli {
 namespace {
 
-std::string errname(int err) {
-  const char* n = strerrorname_np(err);
-  return n ? n : std::to_string(err);
-}
+using common::errname;
 
 std::string need_mount(const std::string& m) {
   if (m.empty()) usage_error("--mount M is required");

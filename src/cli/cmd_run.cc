@@ -24,6 +24,7 @@
 #include "cli/ctlfile.h"
 #include "cli/exit_codes.h"
 #include "cli/fence_ioctl.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "ctl/protocol.h"
 #include "etcd/lock_service.h"
@@ -33,40 +34,6 @@ namespace fencefs::cli {
 namespace {
 
 namespace ec = exit_code;
-
-const char* kRunUsage =
-    R"(usage: fencectl run --mount M --domain D (--token T | --acquire | --etcd E --lock NAME) ...
-  fencectl run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
-  fencectl run --mount M --domain D --acquire [--user U[:G]] -- CMD [ARGS...]
-  fencectl run --mount M --domain D --etcd ENDPOINTS --lock NAME [--ttl S] [--wait S]
-               [--grace S] [--resync] [--cacert F --cert F --key F] [--user U[:G]] -- CMD [ARGS...]
-
-Runs CMD bound to a token for domain D: CMD and every descendant present it, and see it in
-FENCEFS_TOKEN (and FENCEFS_DOMAIN).
-  --token T    a token you hold (decimal, or a signed EPOCH.SIGNATURE).
-  --acquire    the daemon issues epoch+1 and makes it D's epoch in one durable record: every
-               earlier holder of D is revoked before CMD starts (issuers only).
-  --etcd E --lock NAME
-               waits for etcd's lock NAME under a lease of --ttl seconds (default 10), draws the
-               next token of the lock's counter in etcd, advances D to it, and runs CMD in its own
-               process group while keeping the lease alive. When the lease is lost, CMD's group
-               gets SIGTERM, SIGKILL after --grace seconds (default 10), and run exits 208.
-               --wait S gives up after S seconds (default: wait forever). --resync moves the
-               counter above D's epoch when the issuer is behind (audited).
-Exit status: CMD's, unchanged; fencectl's own failures use 200-215 (see fencectl --help).
-)";
-
-const char* kLeaseUsage = R"(usage:
-  fencectl lease acquire --etcd E --lock NAME [--ttl S] [--wait S] [--mount M --domain D [--resync]]
-        take the lock, draw the next token, advance D to it (when --mount is given) and print
-        FENCEFS_TOKEN=, FENCEFS_LEASE= and FENCEFS_LOCK_KEY= lines for `eval`. Keep the lease
-        alive with `lease keepalive` for as long as the work runs.
-  fencectl lease keepalive --etcd E --lease ID [--once]
-        keep the lease alive until it is lost (exit 208), or one round trip with --once.
-  fencectl lease release --etcd E --lease ID
-        release the lock (revoke the lease).
-TLS: --cacert F --cert F --key F, as etcdctl.
-)";
 
 struct Opts {
   std::string mount, domain, token, user;
@@ -81,12 +48,6 @@ struct Opts {
   exit(ec::kUsage);
 }
 
-bool opt(const Args& args, size_t* i, const char* name, std::string* value) {
-  const std::string& a = args[*i];
-  if (a == name && *i + 1 >= args.size()) bad_usage(std::string(name) + " needs a value");
-  return take_opt(args, i, name, value);
-}
-
 bool parse_seconds(const std::string& s, double* out) {
   try {
     size_t used = 0;
@@ -99,43 +60,32 @@ bool parse_seconds(const std::string& s, double* out) {
   }
 }
 
-// Parses the options before "--" (or the first non-option); returns the index of CMD.
-size_t parse(const Args& args, Opts* o, const char* what, const char* usage) {
-  size_t i = 0;
-  for (; i < args.size(); i++) {
-    if (args[i] == "--") return i + 1;
-    std::string v;
-    if (opt(args, &i, "--mount", &o->mount) || opt(args, &i, "--domain", &o->domain) ||
-        opt(args, &i, "--token", &o->token) || opt(args, &i, "--user", &o->user) ||
-        opt(args, &i, "--etcd", &o->etcd) || opt(args, &i, "--lock", &o->lock) ||
-        opt(args, &i, "--cacert", &o->cacert) || opt(args, &i, "--cert", &o->cert) ||
-        opt(args, &i, "--key", &o->key) || opt(args, &i, "--lease", &o->lease))
-      continue;
-    if (opt(args, &i, "--ttl", &v)) {
-      if (!parse_seconds(v, &o->ttl) || o->ttl < 1)
-        bad_usage(std::string(what) + ": --ttl needs whole seconds >= 1");
-      continue;
-    }
-    if (opt(args, &i, "--wait", &v)) {
-      if (!parse_seconds(v, &o->wait)) bad_usage(std::string(what) + ": bad --wait " + v);
-      continue;
-    }
-    if (opt(args, &i, "--grace", &v)) {
-      if (!parse_seconds(v, &o->grace)) bad_usage(std::string(what) + ": bad --grace " + v);
-      continue;
-    }
-    if (args[i] == "--acquire" || args[i] == "--resync" || args[i] == "--once") {
-      (args[i] == "--acquire" ? o->acquire : args[i] == "--resync" ? o->resync : o->once) = true;
-      continue;
-    }
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::cout << usage;
-      exit(0);
-    }
-    if (args[i].rfind("--", 0) == 0) bad_usage(std::string(what) + ": unknown option " + args[i]);
-    return i;
-  }
-  return i;
+// Parses run's or lease's options (the command table's parser); returns the operands: for run,
+// CMD and its arguments.
+Args parse(const Args& args, Opts* o, const char* what) {
+  Parsed p = parse_command(*find_command(what), args);
+  for (auto [name, field] : {std::pair{"mount", &o->mount},
+                             {"domain", &o->domain},
+                             {"token", &o->token},
+                             {"user", &o->user},
+                             {"etcd", &o->etcd},
+                             {"lock", &o->lock},
+                             {"cacert", &o->cacert},
+                             {"cert", &o->cert},
+                             {"key", &o->key},
+                             {"lease", &o->lease}})
+    *field = p.value(name);
+  o->acquire = p.flag("acquire");
+  o->resync = p.flag("resync");
+  o->once = p.flag("once");
+  std::string v;
+  if (!(v = p.value("ttl")).empty() && (!parse_seconds(v, &o->ttl) || o->ttl < 1))
+    bad_usage(std::string(what) + ": --ttl needs whole seconds >= 1");
+  if (!(v = p.value("wait")).empty() && !parse_seconds(v, &o->wait))
+    bad_usage(std::string(what) + ": bad --wait " + v);
+  if (!(v = p.value("grace")).empty() && !parse_seconds(v, &o->grace))
+    bad_usage(std::string(what) + ": bad --grace " + v);
+  return p.positional;
 }
 
 bool resolve_user(const std::string& spec, uid_t* uid, gid_t* gid, std::string* name) {
@@ -294,6 +244,7 @@ bool wait_exit(int pidfd, pid_t pid, int ms, int* st) {
 }
 
 // Runs CMD in its own process group while the lease is alive.
+// long: the child, the keepalive callback and the signal loop share the lease's lost state.
 int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g, const User& user,
                     const Args& args, size_t cmd) {
   int lost_fd = eventfd(0, EFD_CLOEXEC);
@@ -397,8 +348,9 @@ int need_root(const Opts& o, std::string* root) {
 
 int cmd_run(const Args& args) {
   Opts o;
-  size_t cmd = parse(args, &o, "run", kRunUsage);
-  if (cmd >= args.size()) bad_usage("run: no command given (… -- CMD [ARGS...])");
+  const Args command = parse(args, &o, "run");
+  const size_t cmd = 0;  // command[cmd] is CMD
+  if (command.empty()) bad_usage("run: no command given (… -- CMD [ARGS...])");
   if (o.domain.empty()) bad_usage("run: --domain D is required");
   int modes = !o.token.empty() + o.acquire + !o.etcd.empty();
   if (modes != 1) bad_usage("run: give exactly one of --token T, --acquire, --etcd E --lock N");
@@ -436,7 +388,7 @@ int cmd_run(const Args& args) {
     etcd::Grant g;
     if (int code = etcd_acquire(o, svc, &dh, true, &g)) return code;
     export_token(o.domain, g.token);
-    return run_under_lease(o, svc, g, user, args, cmd);
+    return run_under_lease(o, svc, g, user, command, cmd);
   }
   uint64_t token = 0;
   if (o.acquire) {
@@ -461,22 +413,21 @@ int cmd_run(const Args& args) {
     fail(fmt::format("run: cannot become {}: {}", o.user, common::errstr(err)));
     return ec::kExecFailed;
   }
-  auto argv = argv_of(args, cmd);
+  auto argv = argv_of(command, cmd);
   execvp(argv[0], argv.data());
-  fail(fmt::format("run: {}: {}", args[cmd], common::errstr(errno)));
+  fail(fmt::format("run: {}: {}", command[cmd], common::errstr(errno)));
   return ec::kExecFailed;
 }
 
 int cmd_lease(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << kLeaseUsage;
+    std::cout << find_command("lease")->full_help;
     return args.empty() ? ec::kUsage : 0;
   }
   const std::string& verb = args[0];
   Opts o;
-  Args rest(args.begin() + 1, args.end());
-  size_t end = parse(rest, &o, "lease", kLeaseUsage);
-  if (end < rest.size()) bad_usage("lease: unexpected argument " + rest[end]);
+  Args rest = parse(Args(args.begin() + 1, args.end()), &o, "lease");
+  if (!rest.empty()) bad_usage("lease: unexpected argument " + rest[0]);
   if (o.etcd.empty()) bad_usage("lease: --etcd ENDPOINTS is required");
   etcd::EtcdLockService svc(etcd_options(o));
   if (verb == "acquire") {

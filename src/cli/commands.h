@@ -21,7 +21,5 @@ int cmd_whoami(const Args& args);
 // Shared helpers.
 [[noreturn]] void usage_error(const std::string& msg);  // prints, exits kUsage
 void fail(const std::string& msg);                      // prints "fencectl: msg"
-// Takes "--name VALUE" or "--name=VALUE" at args[*i]; true when matched.
-bool take_opt(const Args& args, size_t* i, const char* name, std::string* value);
 
 }  // namespace fencefs::cli

@@ -95,8 +95,7 @@ int DomainHandle::acquire(uint64_t token, bool bind, bool resync, uint64_t* got)
 }
 
 std::string explain_errno(int err) {
-  const char* name = strerrorname_np(err);
-  std::string n = name ? name : std::to_string(err);
+  std::string n = common::errname(err);
   switch (err) {
     case ESTALE:
       return n + ": lower than the domain's epoch";

@@ -68,21 +68,6 @@ Errors print the errno name and the reason, e.g.
 
 void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
 
-bool take_opt(const Args& args, size_t* i, const char* name, std::string* value) {
-  const std::string& a = args[*i];
-  size_t n = strlen(name);
-  if (a == name) {
-    if (*i + 1 >= args.size()) usage_error(std::string(name) + " needs a value");
-    *value = args[++*i];
-    return true;
-  }
-  if (a.size() > n && a.compare(0, n, name) == 0 && a[n] == '=') {
-    *value = a.substr(n + 1);
-    return true;
-  }
-  return false;
-}
-
 }  // namespace fencefs::cli
 
 int main(int argc, char* argv[]) {

@@ -11,6 +11,60 @@
 namespace fencefs::cli {
 namespace {
 
+const char* const kRunHelp =
+    R"(usage: fencectl run --mount M --domain D (--token T | --acquire | --etcd E --lock NAME) ...
+  fencectl run --mount M --domain D --token T [--user U[:G]] -- CMD [ARGS...]
+  fencectl run --mount M --domain D --acquire [--user U[:G]] -- CMD [ARGS...]
+  fencectl run --mount M --domain D --etcd ENDPOINTS --lock NAME [--ttl S] [--wait S]
+               [--grace S] [--resync] [--cacert F --cert F --key F] [--user U[:G]] -- CMD [ARGS...]
+
+Runs CMD bound to a token for domain D: CMD and every descendant present it, and see it in
+FENCEFS_TOKEN (and FENCEFS_DOMAIN).
+  --token T    a token you hold (decimal, or a signed EPOCH.SIGNATURE).
+  --acquire    the daemon issues epoch+1 and makes it D's epoch in one durable record: every
+               earlier holder of D is revoked before CMD starts (issuers only).
+  --etcd E --lock NAME
+               waits for etcd's lock NAME under a lease of --ttl seconds (default 10), draws the
+               next token of the lock's counter in etcd, advances D to it, and runs CMD in its own
+               process group while keeping the lease alive. When the lease is lost, CMD's group
+               gets SIGTERM, SIGKILL after --grace seconds (default 10), and run exits 208.
+               --wait S gives up after S seconds (default: wait forever). --resync moves the
+               counter above D's epoch when the issuer is behind (audited).
+Exit status: CMD's, unchanged; fencectl's own failures use 200-215 (see fencectl --help).
+)";
+
+const char* const kLeaseHelp = R"(usage:
+  fencectl lease acquire --etcd E --lock NAME [--ttl S] [--wait S] [--mount M --domain D [--resync]]
+        take the lock, draw the next token, advance D to it (when --mount is given) and print
+        FENCEFS_TOKEN=, FENCEFS_LEASE= and FENCEFS_LOCK_KEY= lines for `eval`. Keep the lease
+        alive with `lease keepalive` for as long as the work runs.
+  fencectl lease keepalive --etcd E --lease ID [--once]
+        keep the lease alive until it is lost (exit 208), or one round trip with --once.
+  fencectl lease release --etcd E --lease ID
+        release the lock (revoke the lease).
+TLS: --cacert F --cert F --key F, as etcdctl.
+)";
+
+// run and lease share one set of options (the lock service's among them).
+std::vector<OptionSpec> lock_options() {
+  return {{"mount", 0, "M", "the fencefs mount"},
+          {"domain", 0, "D", "the domain"},
+          {"token", 0, "T", "a token you hold"},
+          {"acquire", 0, nullptr, "the daemon issues epoch+1"},
+          {"user", 0, "U[:G]", "run CMD as this user (and group)"},
+          {"etcd", 0, "E", "etcd endpoints"},
+          {"lock", 0, "NAME", "the etcd lock"},
+          {"ttl", 0, "S", "lease seconds"},
+          {"wait", 0, "S", "give up after S seconds"},
+          {"grace", 0, "S", "seconds between SIGTERM and SIGKILL"},
+          {"resync", 0, nullptr, "move the counter above the domain's epoch"},
+          {"once", 0, nullptr, "one keepalive round trip"},
+          {"lease", 0, "ID", "the lease"},
+          {"cacert", 0, "F", "TLS CA"},
+          {"cert", 0, "F", "TLS certificate"},
+          {"key", 0, "F", "TLS key"}};
+}
+
 const std::vector<CommandSpec>& commands() {
   static const std::vector<CommandSpec> table = {
       {"advance",
@@ -77,6 +131,8 @@ const std::vector<CommandSpec>& commands() {
         {"backing", 'b', "B", "BACKING, to raise the floor to its highest file stamp"},
         {"json", 0, nullptr, "print the report as JSON"}},
        "Refused while a daemon uses the state.\n"},
+      {"run", "", "", lock_options(), "", kRunHelp, true},
+      {"lease", "", "", lock_options(), "", kLeaseHelp},
   };
   return table;
 }
@@ -109,7 +165,8 @@ void print_command_help(const CommandSpec& spec, std::ostream& out) {
 
 Parsed parse_command(const CommandSpec& spec, const Args& args) {
   std::vector<option> longs;
-  std::string shorts = ":h";  // leading ':' reports a missing value as ':'
+  // '+': stop at the first operand; leading ':' reports a missing value as ':'
+  std::string shorts = spec.operands_end_options ? "+:h" : ":h";
   for (size_t i = 0; i < spec.options.size(); i++) {
     const auto& o = spec.options[i];
     longs.push_back(
@@ -142,7 +199,10 @@ Parsed parse_command(const CommandSpec& spec, const Args& args) {
   while ((c = getopt_long(static_cast<int>(store.size()), argv.data(), shorts.c_str(), longs.data(),
                           &index)) != -1) {
     if (c == 'h') {
-      print_command_help(spec, std::cout);
+      if (spec.full_help)
+        std::cout << spec.full_help;
+      else
+        print_command_help(spec, std::cout);
       exit(exit_code::kOk);
     }
     const OptionSpec* o = nullptr;

@@ -23,6 +23,10 @@ struct CommandSpec {
   const char* summary;
   std::vector<OptionSpec> options;
   const char* notes;  // further lines of --help, or ""
+  // The whole --help text when the generated one does not fit (run, lease); nullptr: generated.
+  const char* full_help = nullptr;
+  // Options end at the first operand (run: what follows is CMD and its own arguments).
+  bool operands_end_options = false;
 };
 
 // nullptr when NAME has no entry.

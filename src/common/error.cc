@@ -10,4 +10,9 @@ std::string errstr(int err) {
   return strerror_r(err, buf, sizeof buf);
 }
 
+std::string errname(int err) {
+  const char* n = strerrorname_np(err);
+  return n ? n : std::to_string(err);
+}
+
 }  // namespace fencefs::common

@@ -6,5 +6,7 @@ namespace fencefs::common {
 
 // The message of errno value `err` ("No such file or directory").
 std::string errstr(int err);
+// The symbolic name of errno value `err` ("ENOENT"), or its number when it has none.
+std::string errname(int err);
 
 }  // namespace fencefs::common

@@ -27,6 +27,13 @@ bool slurp(const char* path, std::string* out) {
   return true;
 }
 
+// /proc/PID/status.
+bool status_text(pid_t pid, std::string* out) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/status", pid);
+  return slurp(path, out);
+}
+
 std::string_view field_line(std::string_view text, std::string_view key) {
   size_t pos = 0;
   while (pos < text.size()) {
@@ -79,21 +86,17 @@ std::optional<Stat> read_stat(pid_t pid) {
 }
 
 std::optional<pid_t> tgid_of(pid_t tid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/status", tid);
   std::string text;
-  if (!slurp(path, &text)) return std::nullopt;
+  if (!status_text(tid, &text)) return std::nullopt;
   pid_t tgid = 0;
   if (!parse_num(field_line(text, "Tgid:"), &tgid) || tgid <= 0) return std::nullopt;
   return tgid;
 }
 
 std::vector<gid_t> groups_of(pid_t pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/status", pid);
   std::string text;
   std::vector<gid_t> out;
-  if (!slurp(path, &text)) return out;
+  if (!status_text(pid, &text)) return out;
   std::string_view line = field_line(text, "Groups:");
   while (!line.empty()) {
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
@@ -108,10 +111,8 @@ std::vector<gid_t> groups_of(pid_t pid) {
 }
 
 std::optional<Identity> identity_of(pid_t tid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/status", tid);
   std::string text;
-  if (!slurp(path, &text)) return std::nullopt;
+  if (!status_text(tid, &text)) return std::nullopt;
   Identity id;
   if (!parse_num(field_line(text, "Tgid:"), &id.tgid) || id.tgid <= 0) return std::nullopt;
   std::string_view name = field_line(text, "Name:");

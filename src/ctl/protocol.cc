@@ -184,6 +184,7 @@ std::string_view domain_path_error(std::string_view path) {
 
 bool valid_domain_path(std::string_view path) { return domain_path_error(path).empty(); }
 
+// long: the grammar's stages in order (size, bytes, line, words, verb), each with its refusal.
 ParseResult parse_command(std::string_view buf) {
   // Stage 1: size.
   if (buf.empty()) return fail("empty command");

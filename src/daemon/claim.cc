@@ -189,6 +189,8 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   return o;
 }
 
+// long: the state lock, the backing lock and the owner record, taken in this order and undone
+// together when a later one fails.
 std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   std::unique_ptr<Claim> c(new Claim());
   c->req_ = req;

@@ -213,6 +213,8 @@ struct Client::Impl {
   // POSTs body to path on the endpoints in turn until one answers or `limit` passes.
   // With on_message the response is a stream; `timeout_is_wait` says a deadline reached while
   // connected is the call's own timeout (kTimeout), not an unreachable cluster.
+  // long: one loop over the endpoints; the handle, the request, the stream callback and the
+  // mapping of errors share its state.
   Status call(const Options& o, const std::string& path, const json& body, Millis limit, json* out,
               const std::function<bool(const json&)>& on_message = {}, bool timeout_is_wait = false,
               const std::atomic<bool>* cancel = nullptr) {

@@ -36,21 +36,21 @@ const char* reason_name(Reason r) {
 Domain* DomainTable::root() const { return by_id(0); }
 
 Domain* DomainTable::by_path(std::string_view path) const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   for (auto& d : domains_)
     if (d->path == path) return d.get();
   return nullptr;
 }
 
 Domain* DomainTable::by_id(uint32_t id) const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   for (auto& d : domains_)
     if (d->id == id) return d.get();
   return nullptr;
 }
 
 Domain* DomainTable::by_root_inode(dev_t dev, ino_t ino) const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   for (auto& d : domains_)
     if (d->ino == ino && d->dev == dev && d->id != 0) return d.get();
   return nullptr;
@@ -63,7 +63,7 @@ std::vector<Domain*> DomainTable::follow(dev_t pdev, ino_t pino, std::string_vie
     return k == 0 ? root.dev == pdev && root.ino == pino
                   : d.place[k - 1].dev == pdev && d.place[k - 1].ino == pino;
   };
-  auto scan = [&](bool apply) {
+  auto scan = [&](bool apply) REQUIRES_SHARED(mu_) {
     std::vector<Domain*> moved;
     bool changed = false;
     const Domain* root = nullptr;
@@ -88,12 +88,12 @@ std::vector<Domain*> DomainTable::follow(dev_t pdev, ino_t pino, std::string_vie
     return std::make_pair(changed, moved);
   };
   {
-    std::shared_lock lk(mu_);
+    common::ReaderLock lk(mu_);
     if (!scan(false).first) return {};
   }
   std::vector<Domain*> moved;
   {
-    std::unique_lock lk(mu_);
+    common::WriterLock lk(mu_);
     moved = scan(true).second;
   }
   bump_generation();
@@ -102,7 +102,7 @@ std::vector<Domain*> DomainTable::follow(dev_t pdev, ino_t pino, std::string_vie
 
 bool DomainTable::on_place(dev_t pdev, ino_t pino, std::string_view name, dev_t dev,
                            ino_t ino) const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   const Domain* root = nullptr;
   for (auto& d : domains_)
     if (d->id == 0) root = d.get();
@@ -120,7 +120,7 @@ bool DomainTable::on_place(dev_t pdev, ino_t pino, std::string_view name, dev_t 
 
 void DomainTable::rebind(Domain& d, std::vector<PlaceStep> place) {
   {
-    std::unique_lock lk(mu_);
+    common::WriterLock lk(mu_);
     d.dev = place.empty() ? 0 : place.back().dev;
     d.ino = place.empty() ? 0 : place.back().ino;
     d.place = std::move(place);
@@ -129,7 +129,7 @@ void DomainTable::rebind(Domain& d, std::vector<PlaceStep> place) {
 }
 
 Domain* DomainTable::deepest(std::string_view rel) const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   Domain* best = nullptr;
   for (auto& d : domains_) {
     const std::string& p = d->path;
@@ -149,7 +149,7 @@ Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, dev_t dev, 
   d->ino = ino;
   Domain* raw = d.get();
   {
-    std::unique_lock lk(mu_);
+    common::WriterLock lk(mu_);
     domains_.push_back(std::move(d));
   }
   bump_generation();
@@ -161,7 +161,7 @@ Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, std::vector
   ino_t ino = place.empty() ? 0 : place.back().ino;
   Domain* d = add(id, std::move(path), epoch, dev, ino);
   {
-    std::unique_lock lk(mu_);
+    common::WriterLock lk(mu_);
     d->place = std::move(place);
   }
   bump_generation();
@@ -169,21 +169,21 @@ Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, std::vector
 }
 
 std::vector<Domain*> DomainTable::all() const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   std::vector<Domain*> out;
   for (auto& d : domains_) out.push_back(d.get());
   return out;
 }
 
 uint32_t DomainTable::next_id() const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   uint32_t next = 0;
   for (auto& d : domains_) next = std::max(next, d->id + 1);
   return next;
 }
 
 size_t DomainTable::size() const {
-  std::shared_lock lk(mu_);
+  common::ReaderLock lk(mu_);
   return domains_.size();
 }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mutex.h"
 #include "fence/rwlock.h"
 #include "fence/token.h"
 
@@ -84,8 +85,8 @@ class DomainTable {
   void bump_generation() { gen_.fetch_add(1, std::memory_order_acq_rel); }
 
  private:
-  mutable std::shared_mutex mu_;
-  std::vector<std::unique_ptr<Domain>> domains_;
+  mutable common::SharedMutex mu_;
+  std::vector<std::unique_ptr<Domain>> domains_ GUARDED_BY(mu_);
   std::atomic<uint64_t> gen_{1};
 };
 

@@ -438,7 +438,7 @@ int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool 
 
 int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why,
                       bool announce) {
-  std::lock_guard lk(domain_add_mu_);
+  common::MutexLock lk(domain_add_mu_);
   if (place.empty()) {
     *why = fmt::format("{} is not a directory below the mount root", rel);
     return EINVAL;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "audit/audit.h"
+#include "common/mutex.h"
 #include "common/proc.h"
 #include "fence/authority.h"
 #include "fence/decision.h"
@@ -179,7 +180,7 @@ class Fence {
   proc::ProcessInfo& procs_;
   EpochAuthority* authority_ = nullptr;
   std::atomic<int64_t> last_heal_ns_{0};
-  std::mutex domain_add_mu_;
+  common::Mutex domain_add_mu_;  // one add_domain at a time; before the DomainTable's lock
 };
 
 }  // namespace fencefs::fence

@@ -15,13 +15,13 @@ namespace fencefs::fence {
 HighWater::HighWater(int dir_fd) : fd_(dir_fd) {}
 
 void HighWater::start() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   if (!thread_.joinable()) thread_ = std::thread([this] { writer(); });
 }
 
 HighWater::~HighWater() {
   {
-    std::lock_guard lk(mu_);
+    common::MutexLock lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -31,9 +31,9 @@ HighWater::~HighWater() {
 }
 
 void HighWater::writer() {
-  std::unique_lock lk(mu_);
+  common::UniqueLock lk(mu_);
   while (!stop_) {
-    cv_.wait(lk, [this] { return dirty_ || stop_; });
+    cv_.wait(lk.native(), [this]() REQUIRES(mu_) { return dirty_ || stop_; });
     if (stop_) break;
     write_locked();
     lk.unlock();
@@ -43,7 +43,7 @@ void HighWater::writer() {
 }
 
 void HighWater::flush() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   if (dirty_) write_locked();
 }
 
@@ -89,13 +89,13 @@ void HighWater::load_locked() {
 }
 
 std::map<std::string, Epoch> HighWater::load() {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   load_locked();
   return cur_;
 }
 
 void HighWater::record(const std::string& domain, Epoch epoch) {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   load_locked();
   Epoch& e = cur_[domain];
   if (e >= epoch) return;

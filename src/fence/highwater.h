@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "fence/token.h"
 
 namespace fencefs::fence {
@@ -34,14 +35,14 @@ class HighWater {
 
  private:
   int fd_;
-  std::mutex mu_;
-  void load_locked();
-  void write_locked();
+  common::Mutex mu_;
+  void load_locked() REQUIRES(mu_);
+  void write_locked() REQUIRES(mu_);
   void writer();
-  std::map<std::string, Epoch> cur_;
-  bool loaded_ = false;
-  bool dirty_ = false;
-  bool stop_ = false;
+  std::map<std::string, Epoch> cur_ GUARDED_BY(mu_);
+  bool loaded_ GUARDED_BY(mu_) = false;
+  bool dirty_ GUARDED_BY(mu_) = false;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::condition_variable cv_;
   std::thread thread_;
 };

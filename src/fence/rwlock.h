@@ -6,9 +6,11 @@
 #pragma once
 #include <pthread.h>
 
+#include "common/thread_annotations.h"
+
 namespace fencefs::fence {
 
-class WriterPreferringLock {
+class CAPABILITY("mutex") WriterPreferringLock {
  public:
   WriterPreferringLock() {
     pthread_rwlockattr_t a;
@@ -21,12 +23,12 @@ class WriterPreferringLock {
   WriterPreferringLock(const WriterPreferringLock&) = delete;
   WriterPreferringLock& operator=(const WriterPreferringLock&) = delete;
 
-  void lock() { pthread_rwlock_wrlock(&l_); }
-  bool try_lock() { return pthread_rwlock_trywrlock(&l_) == 0; }
-  void unlock() { pthread_rwlock_unlock(&l_); }
-  void lock_shared() { pthread_rwlock_rdlock(&l_); }
-  bool try_lock_shared() { return pthread_rwlock_tryrdlock(&l_) == 0; }
-  void unlock_shared() { pthread_rwlock_unlock(&l_); }
+  void lock() ACQUIRE() { pthread_rwlock_wrlock(&l_); }
+  bool try_lock() TRY_ACQUIRE(true) { return pthread_rwlock_trywrlock(&l_) == 0; }
+  void unlock() RELEASE() { pthread_rwlock_unlock(&l_); }
+  void lock_shared() ACQUIRE_SHARED() { pthread_rwlock_rdlock(&l_); }
+  bool try_lock_shared() TRY_ACQUIRE_SHARED(true) { return pthread_rwlock_tryrdlock(&l_) == 0; }
+  void unlock_shared() RELEASE_SHARED() { pthread_rwlock_unlock(&l_); }
 
  private:
   pthread_rwlock_t l_;

@@ -12,11 +12,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
-#include "common/prometheus.h"
 #include "ctl/protocol.h"
 #include "fencefs/ioctl.h"
-#include "fs/op_stats.h"
 #include "fs/ops.h"
+#include "fs/report.h"
 
 namespace fencefs::fs {
 namespace {
@@ -161,8 +160,8 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
   auto* h = new Handle;
   h->inode = &i;
   h->writable = writing;
-  if (i.kind == Kind::StatusFile) h->content = f.render_status_json();
-  if (i.kind == Kind::MetricsFile) h->content = f.render_metrics();
+  if (i.kind == Kind::StatusFile) h->content = render_status_json(f);
+  if (i.kind == Kind::MetricsFile) h->content = render_metrics(f);
   if (i.kind == Kind::CtlFile)
     h->content =
         "fencefs control file: write one command per write(2):\n"
@@ -347,158 +346,6 @@ int ctl_ioctl_acquire(fuse_req_t req, Domain& d, const void* in, size_t in_size,
   a.epoch = got;
   memcpy(out, &a, sizeof a);
   return 0;
-}
-
-std::string Fs::render_status_json() {
-  auto& store = fence_.store();
-  journal::Stats js = store.stats();
-  // Schema: docs/status-json.md. 64-bit values also as strings ("..._str"): jq reads numbers as
-  // doubles and would round epochs above 2^53.
-  auto uptime =
-      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started)
-          .count();
-  auto since =
-      std::chrono::duration_cast<std::chrono::seconds>(started_wall.time_since_epoch()).count();
-  std::string out = fmt::format(
-      "{{\"schema_version\":1,\"mount\":\"{}\",\"pid\":{},\"started_unix\":{},"
-      "\"uptime_seconds\":{},\"backing\":\"{}\",\"state\":\"{}\",\"max_jump\":{},"
-      "\"max_jump_str\":\"{}\",\"journal\":{{\"poisoned\":{},"
-      "\"bytes\":{},\"snapshot_bytes\":{},\"syncs\":{},\"compactions\":{},"
-      "\"sync_failures\":{}}},\"domains\":[",
-      audit::json_escape(opts_.mountpoint), getpid(), since, uptime,
-      audit::json_escape(opts_.backing), audit::json_escape(opts_.state_dir),
-      fence_.config().max_jump, fence_.config().max_jump, store.poisoned() ? "true" : "false",
-      js.journal_bytes, js.snapshot_bytes, js.syncs, js.compactions, js.sync_failures);
-  auto bindings = bindings_.list();
-  bool first = true;
-  for (Domain* d : fence_.domains().all()) {
-    out += first ? "" : ",";
-    first = false;
-    out += fmt::format(
-        "{{\"id\":{},\"path\":\"{}\",\"epoch\":{},\"epoch_str\":\"{}\","
-        "\"last_advance_unix_ns\":{},\"last_advance_unix_ns_str\":\"{}\",\"accepted\":{},"
-        "\"advances\":{},\"refused\":{{",
-        d->id, audit::json_escape(d->path), d->epoch.load(), d->epoch.load(),
-        d->last_advance_unix_ns.load(), d->last_advance_unix_ns.load(), d->accepted.load(),
-        d->advances.load());
-    for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
-      out += fmt::format("{}\"{}\":{}", r ? "," : "", fence::reason_name(fence::Reason(r)),
-                         d->refused[r].load());
-    out += "},\"bound\":[";
-    bool fb = true;
-    for (auto& b : bindings) {
-      auto t = b.tokens.find(d->id);
-      if (t == b.tokens.end()) continue;
-      out += fmt::format("{}{{\"pid\":{},\"comm\":\"{}\",\"token\":{},\"token_str\":\"{}\"}}",
-                         fb ? "" : ",", b.pid, audit::json_escape(b.comm), t->second, t->second);
-      fb = false;
-    }
-    out += "]}";
-  }
-  out += "]";
-  if (auto* a = fence_.authority()) out += ",\"cluster\":" + a->status_json();
-  out += "}\n";
-  return out;
-}
-
-std::string Fs::render_metrics() {
-  std::string out;
-  auto domains = fence_.domains().all();
-  auto label = [](const std::string& s) {
-    std::string o;
-    for (char c : s) {
-      if (c == '\\' || c == '"') o += '\\';
-      if (c == '\n') {
-        o += "\\n";
-        continue;
-      }
-      o += c;
-    }
-    return o;
-  };
-  out += fmt::format(
-      "# HELP fencefs_info The daemon serving this mount (value 1).\n# TYPE fencefs_info gauge\n"
-      "fencefs_info{{mount=\"{}\",backing=\"{}\",pid=\"{}\"}} 1\n",
-      label(opts_.mountpoint), label(opts_.backing), getpid());
-  out += fmt::format(
-      "# HELP fencefs_start_time_seconds When the daemon started serving (Unix time).\n"
-      "# TYPE fencefs_start_time_seconds gauge\nfencefs_start_time_seconds {}\n",
-      std::chrono::duration_cast<std::chrono::seconds>(started_wall.time_since_epoch()).count());
-  out += "# HELP fencefs_epoch Durable epoch (high-water mark) of each domain.\n";
-  out += "# TYPE fencefs_epoch gauge\n";
-  for (Domain* d : domains)
-    out += fmt::format("fencefs_epoch{{domain=\"{}\"}} {}\n", label(d->path), d->epoch.load());
-  out += "# HELP fencefs_operations_total Fenced operations by domain and result.\n";
-  out += "# TYPE fencefs_operations_total counter\n";
-  for (Domain* d : domains) {
-    out += fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"accepted\"}} {}\n",
-                       label(d->path), d->accepted.load());
-    for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
-      out +=
-          fmt::format("fencefs_operations_total{{domain=\"{}\",result=\"{}\"}} {}\n",
-                      label(d->path), fence::reason_name(fence::Reason(r)), d->refused[r].load());
-  }
-  out += "# HELP fencefs_advances_total Epoch advances by domain.\n";
-  out += "# TYPE fencefs_advances_total counter\n";
-  for (Domain* d : domains)
-    out += fmt::format("fencefs_advances_total{{domain=\"{}\"}} {}\n", label(d->path),
-                       d->advances.load());
-  journal::Stats js = fence_.store().stats();
-  out +=
-      "# HELP fencefs_journal_bytes Size of the epoch journal.\n# TYPE fencefs_journal_bytes "
-      "gauge\n";
-  out += fmt::format("fencefs_journal_bytes {}\n", js.journal_bytes);
-  out +=
-      "# HELP fencefs_journal_syncs_total fdatasync calls on the journal.\n"
-      "# TYPE fencefs_journal_syncs_total counter\n";
-  out += fmt::format("fencefs_journal_syncs_total {}\n", js.syncs);
-  out +=
-      "# HELP fencefs_journal_fsync_seconds Latency of the journal's fdatasync per batch.\n"
-      "# TYPE fencefs_journal_fsync_seconds histogram\n";
-  uint64_t cum = 0;
-  for (size_t b = 0; b < journal::Stats::kNumSyncBuckets; b++) {
-    cum += js.sync_le[b];
-    out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"{}\"}} {}\n",
-                       journal::Stats::kSyncBuckets[b], cum);
-  }
-  out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"+Inf\"}} {}\n", js.syncs);
-  out += fmt::format("fencefs_journal_fsync_seconds_sum {}\n", js.sync_seconds_sum);
-  out += fmt::format("fencefs_journal_fsync_seconds_count {}\n", js.syncs);
-  out +=
-      "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
-      "# TYPE fencefs_journal_poisoned gauge\n";
-  out += fmt::format("fencefs_journal_poisoned {}\n", fence_.store().poisoned() ? 1 : 0);
-  if (auto* a = fence_.audit_log()) {
-    out +=
-        "# HELP fencefs_audit_bytes Size of the current audit log file.\n"
-        "# TYPE fencefs_audit_bytes gauge\n";
-    out += fmt::format("fencefs_audit_bytes {}\n", a->bytes());
-    out +=
-        "# HELP fencefs_audit_write_failures_total Audit records that could not be written.\n"
-        "# TYPE fencefs_audit_write_failures_total counter\n";
-    out += fmt::format("fencefs_audit_write_failures_total {}\n", a->failures());
-    out +=
-        "# HELP fencefs_audit_suppressed_total Refusals counted but not recorded one by one "
-        "(rate limit per uid).\n# TYPE fencefs_audit_suppressed_total counter\n";
-    out += fmt::format("fencefs_audit_suppressed_total {}\n", a->suppressed());
-  }
-  out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
-  out += fmt::format("fencefs_inodes {}\n", n_inodes.load());
-  out += fmt::format(
-      "# HELP fencefs_build_info The fencefs build serving this mount (value 1).\n"
-      "# TYPE fencefs_build_info gauge\nfencefs_build_info{{version=\"{}\",libfuse=\"{}\"}} 1\n",
-      FENCEFS_VERSION, label(fuse_pkgversion()));
-  out +=
-      "# HELP fencefs_last_advance_timestamp_seconds When each domain's epoch last advanced "
-      "(Unix time; domains not advanced since the daemon started are absent).\n"
-      "# TYPE fencefs_last_advance_timestamp_seconds gauge\n";
-  for (Domain* d : domains)
-    if (int64_t ns = d->last_advance_unix_ns.load())
-      out += fmt::format("fencefs_last_advance_timestamp_seconds{{domain=\"{}\"}} {:.3f}\n",
-                         label(d->path), static_cast<double>(ns) / 1e9);
-  out += op_stats::render();
-  // Every series names its mount: the pages of several mounts can be merged into one scrape.
-  return common::prom_with_label(out, "mount", opts_.mountpoint);
 }
 
 }  // namespace fencefs::fs

@@ -16,7 +16,7 @@ FdBudget::FdBudget(size_t limit)
       ceiling_(std::max<size_t>(32, limit * 3 / 8)) {}
 
 int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
-  std::unique_lock lk(mu_);
+  common::UniqueLock lk(mu_);
   size_t& mine = by_uid_[uid];
   int err = 0;
   if (mine >= per_uid_)
@@ -53,7 +53,7 @@ int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
 }
 
 void FdBudget::give(uid_t uid) {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   total_--;
   // Exempt handles are given back first: the ordinary share refills last.
   if (auto it = exempt_by_uid_.find(uid); it != exempt_by_uid_.end()) {

@@ -10,6 +10,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "common/mutex.h"
+
 namespace fencefs::fs {
 
 class FdBudget {
@@ -31,10 +33,10 @@ class FdBudget {
 
  private:
   size_t per_uid_, shared_, ceiling_;
-  std::mutex mu_;
-  std::unordered_map<uid_t, size_t> by_uid_;
-  size_t ordinary_ = 0;  // handles within the ordinary shares
-  std::unordered_map<uid_t, size_t> exempt_by_uid_;
+  common::Mutex mu_;
+  std::unordered_map<uid_t, size_t> by_uid_ GUARDED_BY(mu_);
+  size_t ordinary_ GUARDED_BY(mu_) = 0;  // handles within the ordinary shares
+  std::unordered_map<uid_t, size_t> exempt_by_uid_ GUARDED_BY(mu_);
   std::atomic<size_t> total_{0};
   std::atomic<uint64_t> refused_{0};
   std::atomic<int64_t> last_log_{0};

@@ -160,8 +160,6 @@ class Fs {
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;
-  std::string render_status_json();
-  std::string render_metrics();
 
   std::atomic<uint64_t> n_inodes{0};
   // When this daemon started serving: status and metrics report uptime from it.

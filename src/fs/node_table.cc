@@ -30,7 +30,7 @@ void NodeTable::set_fixed(uint64_t id, void* p) {
 }
 
 uint64_t NodeTable::add(void* p) {
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   uint32_t index;
   if (!free_.empty()) {
     index = free_.back();
@@ -66,7 +66,7 @@ void NodeTable::remove(uint64_t id) {
   uint32_t index = static_cast<uint32_t>(id);
   uint32_t gen = static_cast<uint32_t>(id >> 32);
   if (gen == 0 || index < kFirstDynamic) return;
-  std::lock_guard lk(mu_);
+  common::MutexLock lk(mu_);
   Slot* s = slot(index);
   if (!s || s->gen.load(std::memory_order_relaxed) != gen || !s->ptr.load()) return;
   s->ptr.store(nullptr, std::memory_order_release);

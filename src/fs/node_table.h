@@ -6,6 +6,8 @@
 #include <mutex>
 #include <vector>
 
+#include "common/mutex.h"
+
 namespace fencefs::fs {
 
 class NodeTable {
@@ -39,9 +41,9 @@ class NodeTable {
   Slot* slot(uint32_t index) const;
 
   std::atomic<Slot*>* chunks_;  // kMaxChunks entries (zero pages until used); chunks never move
-  std::mutex mu_;               // add/remove
-  std::vector<uint32_t> free_;
-  uint32_t next_ = kFirstDynamic;
+  common::Mutex mu_;            // add/remove
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
+  uint32_t next_ GUARDED_BY(mu_) = kFirstDynamic;
   std::atomic<size_t> live_{0};
 };
 

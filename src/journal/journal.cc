@@ -1,3 +1,5 @@
+// long: Store, the state store (group commit, space reservation, compaction), is one class private
+// to this file; open() builds it.
 #include "journal/journal.h"
 
 #include <linux/futex.h>
@@ -504,6 +506,8 @@ int StateStore::durable_epoch(uint32_t domain_id, uint64_t* epoch) const {
   return EINVAL;
 }
 
+// long: the three ways a state opens (created, replaced stale journal, cut torn tail) share the
+// recovery report they fill.
 std::unique_ptr<StateStore> StateStore::open(const std::string& dir, const Options& opts,
                                              FileLayer& fs, std::string* error) {
   const Paths p(dir);

@@ -52,6 +52,8 @@ SnapshotLoad load_snapshot(const std::string& path, std::string_view data) {
 
 }  // namespace
 
+// long: the reading of a state in order (directory, snapshot, journal, replay), each step
+// deciding whether the state can be used.
 Loaded load(const Paths& p, FileLayer& fs) {
   Loaded L;
   if (!fs.exists(p.dir)) {

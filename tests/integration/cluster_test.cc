@@ -32,36 +32,11 @@ namespace {
 const std::string kLocalHook =
     std::string(FENCEFS_SOURCE_DIR) + "/contrib/fence-hooks/fence_local_kill";
 
-std::mutex g_mu;
-std::set<std::string>& live() {
-  static std::set<std::string> s;
-  return s;
-}
-void sweep() {
-  std::lock_guard lk(g_mu);
-  for (auto& m : live()) sh("fusermount3 -u -z '" + m + "' >/dev/null 2>&1");
-}
-
-bool mounted(const std::string& mnt) {
-  std::ifstream in("/proc/mounts");
-  std::string dev, dir, rest;
-  while (in >> dev >> dir) {
-    std::getline(in, rest);
-    if (dir == mnt) return true;
-  }
-  return false;
-}
-
 // One member: a fencefs daemon over the shared backing, with its own mountpoint and state.
 class Node {
  public:
   Node(const std::string& root, const std::string& backing, std::string id, std::string opts)
       : id_(std::move(id)), backing_(backing), opts_(std::move(opts)) {
-    static bool once = [] {
-      std::atexit(sweep);
-      return true;
-    }();
-    (void)once;
     mnt_ = root + "/" + id_;
     state_ = root + "/" + id_ + ".state";
     log_ = root + "/" + id_ + ".log";
@@ -74,7 +49,7 @@ class Node {
 
   // -1000 once mounted, else the daemon's exit status.
   int start() {
-    if (mounted(mnt_)) sh("fusermount3 -u -z '" + mnt_ + "'");  // the host "rebooted"
+    if (is_mounted(mnt_)) sh("fusermount3 -u -z '" + mnt_ + "'");  // the host "rebooted"
     pid_t pid = fork();
     if (pid == 0) {
       int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
@@ -88,9 +63,8 @@ class Node {
     pid_ = pid;
     auto deadline = Clock::now() + 20s;
     while (Clock::now() < deadline) {
-      if (mounted(mnt_)) {
-        std::lock_guard lk(g_mu);
-        live().insert(mnt_);
+      if (is_mounted(mnt_)) {
+        track_mount(mnt_);
         return -1000;
       }
       int st;
@@ -103,11 +77,10 @@ class Node {
     return -1;
   }
   void stop() {
-    if (mounted(mnt_))
+    if (is_mounted(mnt_))
       sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
     reap(20s);
-    std::lock_guard lk(g_mu);
-    live().erase(mnt_);
+    untrack_mount(mnt_);
   }
   // A crash: the daemon dies, its mount stays behind (dead) until a fence or a restart.
   void kill9() {
@@ -300,7 +273,7 @@ TEST_F(ClusterTest, PausedMemberIsFencedByTheHook) {
 
   EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
   EXPECT_EQ(n1.reap(5s), 128 + SIGKILL);  // the hook killed it
-  EXPECT_FALSE(mounted(n1.mnt()));        // and detached its mount
+  EXPECT_FALSE(is_mounted(n1.mnt()));     // and detached its mount
   EXPECT_NE(wait_status(a), 0);           // A's write never completed
   EXPECT_NE(n2.log().find("fence_local_kill: member m1"), std::string::npos) << n2.log();
 
@@ -540,7 +513,7 @@ TEST_F(ClusterTest, HistoryUnderKillsHasNoStaleWriteAfterAnAdvance) {
   EXPECT_GE(std::stoull(held), highest) << held;
   // Members a hook fenced (a kill here) are gone; every member still mounted holds it.
   for (Node* n : {&n1, &n2, &n3})
-    if (mounted(n->mnt())) {
+    if (is_mounted(n->mnt())) {
       EXPECT_GE(n->epoch(), highest) << n->mnt();
     }
 }

@@ -38,7 +38,9 @@ void sweep_mounts() {
   }
 }
 
-bool in_proc_mounts(const std::string& mnt) {
+}  // namespace
+
+bool is_mounted(const std::string& mnt) {
   std::ifstream in("/proc/mounts");
   std::string dev, dir, rest;
   while (in >> dev >> dir) {
@@ -48,7 +50,20 @@ bool in_proc_mounts(const std::string& mnt) {
   return false;
 }
 
-}  // namespace
+void track_mount(const std::string& mnt) {
+  static bool registered = [] {
+    std::atexit(sweep_mounts);
+    return true;
+  }();
+  (void)registered;
+  std::lock_guard lk(g_mu);
+  live_mounts().insert(mnt);
+}
+
+void untrack_mount(const std::string& mnt) {
+  std::lock_guard lk(g_mu);
+  live_mounts().erase(mnt);
+}
 
 int sh(const std::string& cmd) {
   int st = std::system(cmd.c_str());
@@ -80,11 +95,6 @@ std::string temp_dir(std::string_view name) {
 
 Mount::Mount(std::vector<std::string> extra, std::function<void(const std::string&)> prepare)
     : extra_(std::move(extra)) {
-  static bool registered = [] {
-    std::atexit(sweep_mounts);
-    return true;
-  }();
-  (void)registered;
   root_ = temp_dir("test");
   if (root_.empty()) throw std::runtime_error("mkdtemp failed");
   ::chmod(root_.c_str(), 0755);  // non-root test users must reach the mountpoint
@@ -102,10 +112,7 @@ Mount::Mount(std::vector<std::string> extra, std::function<void(const std::strin
 
 Mount::~Mount() {
   if (mounted() || pid_ > 0) unmount();
-  {
-    std::lock_guard lk(g_mu);
-    live_mounts().erase(mnt_);
-  }
+  { untrack_mount(mnt_); }
   if (!root_.empty() && std::getenv("FENCEFS_KEEP_TEST_DIRS") == nullptr) {
     sh("rm -rf '" + root_ + "'");
   }
@@ -123,7 +130,7 @@ int Mount::ctl(std::string_view line) const {
   return err;
 }
 
-bool Mount::mounted() const { return in_proc_mounts(mnt_); }
+bool Mount::mounted() const { return is_mounted(mnt_); }
 
 int Mount::try_mount(std::vector<std::string> extra) {
   extra_ = std::move(extra);
@@ -160,8 +167,7 @@ int Mount::try_mount(std::vector<std::string> extra) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     if (mounted()) {
-      std::lock_guard lk(g_mu);
-      live_mounts().insert(mnt_);
+      track_mount(mnt_);
       return -1000;
     }
     int st;
@@ -200,8 +206,7 @@ int Mount::unmount() {
     }
     pid_ = -1;
   }
-  std::lock_guard lk(g_mu);
-  live_mounts().erase(mnt_);
+  untrack_mount(mnt_);
   return status;
 }
 
@@ -212,8 +217,7 @@ void Mount::kill9() {
     pid_ = -1;
   }
   sh("fusermount3 -u -z '" + mnt_ + "' 2>/dev/null");
-  std::lock_guard lk(g_mu);
-  live_mounts().erase(mnt_);
+  untrack_mount(mnt_);
 }
 
 bool Mount::remount() { return try_mount(extra_) == -1000; }

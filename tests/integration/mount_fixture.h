@@ -19,6 +19,12 @@ int sh(const std::string& cmd);
 // Runs a shell command and captures stdout.
 std::string sh_out(const std::string& cmd, int* status = nullptr);
 
+// Whether something is mounted at mnt (/proc/mounts).
+bool is_mounted(const std::string& mnt);
+// Mounts a test makes itself (its own daemons): tracked ones are detached at exit, like Mount's.
+void track_mount(const std::string& mnt);
+void untrack_mount(const std::string& mnt);
+
 class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments

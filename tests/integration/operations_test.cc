@@ -30,8 +30,6 @@ namespace {
 const std::string kFencefs = FENCEFS_BIN;
 const std::string kCtl = FENCECTL_BIN;
 
-bool is_mounted(const std::string& dir) { return sh("mountpoint -q '" + dir + "'") == 0; }
-
 struct Daemon {
   int status = -1;  // exit status, or kMounted
   std::string out;  // stdout and stderr
@@ -590,7 +588,9 @@ TEST(Fencectl, VersionAndUsageErrors) {
   EXPECT_EQ(st, 0);
   for (std::string bad :
        {"status --bogus", "audit --since", "verify", "verify a b", "recover --state /x --floor -1",
-        "sign --key", "domain remove /x", "no-such-command", "audit --mount /tmp --decision"}) {
+        "sign --key", "domain remove /x", "no-such-command", "audit --mount /tmp --decision",
+        "run --bogus", "run --mount", "run --domain / --ttl 0 -- true", "lease acquire --bogus",
+        "lease release --etcd E --lease 1 extra"}) {
     std::string out = sh_out(kCtl + " " + bad + " 2>&1", &st);
     EXPECT_EQ(st, 200) << bad << ": " << out;  // exit_code::kUsage
     EXPECT_NE(out.find("--help"), std::string::npos) << bad << ": " << out;

@@ -1,0 +1,44 @@
+// What BACKING itself says about epochs: the last-epoch stamps of its files and the high-water
+// copy on its root. One walk, shared by the daemon (refusing to start over lost state) and
+// fencectl (verify, recover).
+#pragma once
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace fencefs::fence {
+
+struct ScanEntry {
+  const std::string& rel;  // "/a/b" relative to BACKING
+  int dir_fd;              // the directory holding it
+  const char* name;
+  const struct stat& st;
+};
+
+// Depth-first, in name order, over the regular files below `root`, skipping the state directory
+// (.fencefs) at its top. Directories that cannot be read go to on_error ("/" for root itself)
+// and are skipped.
+void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
+                  const std::function<void(const std::string&, int)>& on_error);
+
+// Reads an xattr of entry `name` below an open directory without following symlinks or opening
+// the file.
+ssize_t xattr_at(int dir_fd, const char* name, const char* key, char* buf, size_t size);
+
+// BACKING's high-water copy (domain path -> epoch); empty when it has none. *err: errno of a
+// failed read (0 when read or absent).
+std::map<std::string, uint64_t> read_highwater(const std::string& backing, int* err);
+
+struct StampScan {
+  uint64_t highest = 0;          // the highest epoch of any stamp or high-water entry
+  uint64_t stamped_files = 0;    // files with a well-formed stamp
+  uint64_t highwater_marks = 0;  // domains in the high-water copy
+};
+// The highest stamp below BACKING and in its high-water copy.
+StampScan scan_stamps(const std::string& backing);
+
+}  // namespace fencefs::fence
