@@ -1,0 +1,84 @@
+// Who a request acts for: its caller's identity and token, and the credentials the daemon takes
+// on for the caller's syscalls (native permission checks, resources charged to the caller).
+#include <linux/capability.h>
+#include <sys/fsuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "fs/fs.h"
+
+namespace fencefs::fs {
+
+int Fs::charge_open(fuse_req_t req, Domain* d) {
+  return budget_->take(fuse_req_ctx(req)->uid, [&] {
+    return fence_.is_issuer(caller(req)) || (d && token_for(req, *d) != 0);
+  });
+}
+
+fence::Caller Fs::caller(fuse_req_t req) const {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  return fence::Caller{c->pid, c->uid, c->gid};
+}
+
+Epoch Fs::token_for(fuse_req_t req, Domain& d) {
+  return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
+}
+
+AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
+  const fuse_ctx* c = fuse_req_ctx(req);
+  if (c->uid == 0 && c->gid == 0) return;
+  // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
+  if ((mode & S_ISGID) || !dac) {
+    // Whether the bit survives depends on the caller's groups (read from /proc: only here).
+    gid_t groups[256];
+    int n = fuse_req_getgroups(req, 256, groups);
+    if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
+    // Checked natively: never with the daemon's own groups, when the caller's are unknown.
+    if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
+  }
+  syscall(SYS_setfsgid, c->gid);
+  syscall(SYS_setfsuid, c->uid);
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
+    uint32_t dac = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
+    data[0].effective |= dac & data[0].permitted;
+    syscall(SYS_capset, &hdr, data);
+  }
+  switched_ = true;
+}
+
+AsCaller::~AsCaller() {
+  if (!switched_) return;
+  syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
+  syscall(SYS_setfsgid, 0);
+  if (groups_) syscall(SYS_setgroups, 0, nullptr);
+}
+
+}  // namespace fencefs::fs
+
+namespace fencefs::fs {
+
+ChargedTo::ChargedTo(fuse_req_t req) {
+  uid_t uid = fuse_req_ctx(req)->uid;
+  if (uid == 0) return;
+  syscall(SYS_setfsuid, uid);
+  switched_ = true;
+}
+
+ChargedTo::~ChargedTo() {
+  if (switched_) syscall(SYS_setfsuid, 0);
+}
+
+void drop_resource_override() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return;
+  data[CAP_SYS_RESOURCE / 32].effective &= ~(1u << (CAP_SYS_RESOURCE % 32));
+  if (syscall(SYS_capset, &hdr, data) != 0)
+    log::warn("cannot drop CAP_SYS_RESOURCE: {}", common::errstr(errno));
+}
+
+}  // namespace fencefs::fs
