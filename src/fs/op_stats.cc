@@ -8,14 +8,15 @@ namespace {
 
 // One counter per handler of fuse_lowlevel_ops, each on its own cache line: threads serving
 // different opcodes do not contend.
-#define FENCEFS_OPS(X)                                                                            \
-  X(init)                                                                                         \
-  X(destroy) X(lookup) X(forget) X(getattr) X(setattr) X(readlink) X(mknod) X(mkdir) X(unlink)    \
-      X(rmdir) X(symlink) X(rename) X(link) X(open) X(read) X(write) X(flush) X(release) X(fsync) \
-          X(opendir) X(readdir) X(releasedir) X(fsyncdir) X(statfs) X(setxattr) X(getxattr)       \
-              X(listxattr) X(removexattr) X(access) X(create) X(getlk) X(setlk) X(bmap) X(ioctl)  \
-                  X(poll) X(write_buf) X(retrieve_reply) X(forget_multi) X(flock) X(fallocate)    \
-                      X(readdirplus) X(copy_file_range) X(lseek)
+// clang-format off
+#define FENCEFS_OPS(X)                                                                        \
+  X(init) X(destroy) X(lookup) X(forget) X(getattr) X(setattr) X(readlink) X(mknod) X(mkdir)  \
+  X(unlink) X(rmdir) X(symlink) X(rename) X(link) X(open) X(read) X(write) X(flush)           \
+  X(release) X(fsync) X(opendir) X(readdir) X(releasedir) X(fsyncdir) X(statfs) X(setxattr)   \
+  X(getxattr) X(listxattr) X(removexattr) X(access) X(create) X(getlk) X(setlk) X(bmap)       \
+  X(ioctl) X(poll) X(write_buf) X(retrieve_reply) X(forget_multi) X(flock) X(fallocate)       \
+  X(readdirplus) X(copy_file_range) X(lseek)
+// clang-format on
 
 enum Op : int {
 #define X(name) k_##name,
