@@ -161,6 +161,38 @@ bool record_recovery(const std::string& dir, uint64_t floor, int rc,
   return log.failures() == 0;
 }
 
+// What recover --json prints once the state was found free.
+std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t highest,
+                        const std::vector<std::string>& lines,
+                        const std::vector<journal::DomainRecord>& after,
+                        const std::vector<std::string>& warnings) {
+  std::string out;
+  common::JsonWriter w(&out);
+  w.begin_object()
+      .member("state", dir)
+      .member("floor", floor)
+      .member("ok", rc == 0)
+      .member("in_use", false)
+      .member("errno", rc)
+      .member("error", rc ? errname(rc) : "")
+      .member("highest_stamp", highest)
+      .key("report")
+      .begin_array();
+  for (auto& l : lines) w.value(l);
+  w.end_array().key("domains").begin_array();
+  for (auto& d : after)
+    w.begin_object()
+        .member("id", d.id)
+        .member("path", d.path)
+        .member("epoch", d.epoch)
+        .end_object();
+  w.end_array().key("warnings").begin_array();
+  for (auto& warning : warnings) w.value(warning);
+  w.end_array().end_object();
+  out += '\n';
+  return out;
+}
+
 }  // namespace
 
 int cmd_recover(const Args& args) {
@@ -215,30 +247,7 @@ int cmd_recover(const Args& args) {
   }
 
   if (as_json) {
-    std::string out;
-    common::JsonWriter w(&out);
-    w.begin_object()
-        .member("state", dir)
-        .member("floor", floor)
-        .member("ok", rc == 0)
-        .member("in_use", false)
-        .member("errno", rc)
-        .member("error", rc ? errname(rc) : "")
-        .member("highest_stamp", highest)
-        .key("report")
-        .begin_array();
-    for (auto& l : lines) w.value(l);
-    w.end_array().key("domains").begin_array();
-    for (auto& d : after)
-      w.begin_object()
-          .member("id", d.id)
-          .member("path", d.path)
-          .member("epoch", d.epoch)
-          .end_object();
-    w.end_array().key("warnings").begin_array();
-    for (auto& warning : warnings) w.value(warning);
-    w.end_array().end_object();
-    std::cout << out << "\n";
+    std::cout << result_json(dir, floor, rc, highest, lines, after, warnings);
     return rc == 0 ? 0 : exit_code::kFailed;
   }
   for (auto& l : lines) std::cout << l << "\n";
