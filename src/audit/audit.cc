@@ -50,20 +50,30 @@ int64_t now_unix_ns() {
 }
 
 std::string to_json(const Event& e, int64_t unix_ns) {
-  std::string out = fmt::format(
-      "{{\"time\":\"{}\",\"op\":\"{}\",\"decision\":\"{}\",\"reason\":\"{}\","
-      "\"domain\":\"{}\",\"path\":\"{}\"",
-      format_time(unix_ns), json_escape(e.op), json_escape(e.decision), json_escape(e.reason),
-      json_escape(e.domain), json_escape(e.path));
-  if (!e.path2.empty()) out += fmt::format(",\"path2\":\"{}\"", json_escape(e.path2));
+  std::string out;
+  common::JsonWriter w(&out);
+  w.begin_object()
+      .member("time", format_time(unix_ns))
+      .member("op", e.op)
+      .member("decision", e.decision)
+      .member("reason", e.reason)
+      .member("domain", e.domain)
+      .member("path", e.path);
+  if (!e.path2.empty()) w.member("path2", e.path2);
   const char* ename = e.err ? strerrorname_np(e.err) : nullptr;
-  out += fmt::format(
-      ",\"token\":\"{}\",\"epoch_before\":{},\"epoch_after\":{},\"errno\":{},\"error\":\"{}\","
-      "\"pid\":{}",
-      json_escape(e.token), e.epoch_before, e.epoch_after, e.err, ename ? ename : "", e.pid);
-  if (e.tid > 0 && e.tid != e.pid) out += fmt::format(",\"tid\":{}", e.tid);
-  out += fmt::format(",\"uid\":{},\"gid\":{},\"comm\":\"{}\",\"message\":\"{}\"}}\n", e.uid, e.gid,
-                     json_escape(e.comm), json_escape(e.message));
+  w.member("token", e.token)
+      .member("epoch_before", e.epoch_before)
+      .member("epoch_after", e.epoch_after)
+      .member("errno", e.err)
+      .member("error", ename ? ename : "")
+      .member("pid", e.pid);
+  if (e.tid > 0 && e.tid != e.pid) w.member("tid", e.tid);
+  w.member("uid", e.uid)
+      .member("gid", e.gid)
+      .member("comm", e.comm)
+      .member("message", e.message)
+      .end_object();
+  out += '\n';
   return out;
 }
 

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_writer.h"
+
 namespace fencefs::audit {
 
 struct Event {
@@ -116,10 +118,8 @@ class Log {
 
 // One record as a line of JSON (with the trailing newline).
 std::string to_json(const Event& e, int64_t unix_ns);
-// The inside of a JSON string. Valid UTF-8 passes through; control characters and DEL are
-// \u00XX; each byte of an invalid UTF-8 sequence is \udcXX (Python's "surrogateescape", so
-// os.fsencode(json.loads(...)) gives the original bytes back).
-std::string json_escape(std::string_view s);
+// The inside of a JSON string (common/json_writer.h).
+using common::json_escape;
 
 // --- Reading the trail (fencectl audit) ---
 

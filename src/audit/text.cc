@@ -1,5 +1,5 @@
-// The audit trail's text: JSON escaping of what the daemon writes, escaping for a terminal of
-// what fencectl shows, and the times both read and write.
+// The audit trail's text: escaping for a terminal of what fencectl shows, and the times both
+// read and write. (JSON escaping: common/json_writer.)
 #include <fmt/format.h>
 #include <time.h>
 
@@ -8,38 +8,10 @@
 #include <ctime>
 
 #include "audit/audit.h"
+#include "common/json_writer.h"
 
 namespace fencefs::audit {
 namespace {
-
-// Length of the valid UTF-8 sequence at s[i], or 0 when it is not one.
-size_t utf8_len(std::string_view s, size_t i) {
-  auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  unsigned char c = b(i);
-  size_t n;
-  uint32_t cp;
-  if (c >= 0xc2 && c <= 0xdf) {
-    n = 2;
-    cp = c & 0x1f;
-  } else if (c >= 0xe0 && c <= 0xef) {
-    n = 3;
-    cp = c & 0x0f;
-  } else if (c >= 0xf0 && c <= 0xf4) {
-    n = 4;
-    cp = c & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; k++) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3f);
-  }
-  if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
-      (cp >= 0xd800 && cp <= 0xdfff))
-    return 0;  // overlong, out of range, or a surrogate
-  return n;
-}
 
 bool all_digits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -62,52 +34,6 @@ bool take(std::string_view s, size_t* i, char c) {
 }
 
 }  // namespace
-
-std::string json_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        i++;
-        continue;
-      case '\\':
-        out += "\\\\";
-        i++;
-        continue;
-      case '\n':
-        out += "\\n";
-        i++;
-        continue;
-      case '\t':
-        out += "\\t";
-        i++;
-        continue;
-      case '\r':
-        out += "\\r";
-        i++;
-        continue;
-      default:
-        break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\u{:04x}", c);
-      i++;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-      i++;
-    } else if (size_t n = utf8_len(s, i)) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\udc{:02x}", c);  // a stray byte: paths need not be UTF-8
-      i++;
-    }
-  }
-  return out;
-}
 
 std::string format_time(int64_t unix_ns) {
   int64_t secs = unix_ns / 1000000000;
@@ -150,7 +76,7 @@ std::string display_escape(std::string_view s) {
     } else if (c < 0x80) {
       out += static_cast<char>(c);
       i++;
-    } else if (size_t n = utf8_len(s, i)) {
+    } else if (size_t n = common::utf8_len(s, i)) {
       uint32_t cp = n == 2   ? ((c & 0x1fu) << 6) | (s[i + 1] & 0x3fu)
                     : n == 3 ? ((c & 0x0fu) << 12) | ((s[i + 1] & 0x3fu) << 6) | (s[i + 2] & 0x3fu)
                              : 0x10000;

@@ -35,6 +35,7 @@
 #include "cli/options.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/json_writer.h"
 #include "common/parse.h"
 #include "common/path.h"
 #include "common/proc.h"
@@ -103,12 +104,21 @@ bool in_use(const std::string& dir, uint64_t floor, bool as_json, bool* incomple
   for (auto& u : state_holders(dir, incomplete)) users.push_back(u);
   if (users.empty()) return false;
   if (as_json) {
-    std::string out = fmt::format(
-        "{{\"state\":{},\"floor\":{},\"ok\":false,\"in_use\":true,"
-        "\"errno\":{},\"error\":\"EBUSY\",\"report\":[",
-        q(dir), floor, EBUSY);
-    for (size_t i = 0; i < users.size(); i++) out += (i ? "," : "") + q(users[i]);
-    std::cout << out << "],\"domains\":[],\"warnings\":[]}\n";
+    std::string out;
+    common::JsonWriter w(&out);
+    w.begin_object()
+        .member("state", dir)
+        .member("floor", floor)
+        .member("ok", false)
+        .member("in_use", true)
+        .member("errno", EBUSY)
+        .member("error", "EBUSY")
+        .key("report")
+        .begin_array();
+    for (auto& u : users) w.value(u);
+    w.end_array().key("domains").begin_array().end_array();
+    w.key("warnings").begin_array().end_array().end_object();
+    std::cout << out << "\n";
   } else {
     fail("recover: " + dir + " is in use; unmount fencefs first:");
     for (auto& u : users) std::cerr << "  " << u << "\n";
@@ -149,6 +159,38 @@ bool record_recovery(const std::string& dir, uint64_t floor, int rc,
   for (size_t i = 0; i < lines.size(); i++) e.message += (i ? "; " : "") + lines[i];
   log.record(e);
   return log.failures() == 0;
+}
+
+// What recover --json prints once the state was found free.
+std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t highest,
+                        const std::vector<std::string>& lines,
+                        const std::vector<journal::DomainRecord>& after,
+                        const std::vector<std::string>& warnings) {
+  std::string out;
+  common::JsonWriter w(&out);
+  w.begin_object()
+      .member("state", dir)
+      .member("floor", floor)
+      .member("ok", rc == 0)
+      .member("in_use", false)
+      .member("errno", rc)
+      .member("error", rc ? errname(rc) : "")
+      .member("highest_stamp", highest)
+      .key("report")
+      .begin_array();
+  for (auto& l : lines) w.value(l);
+  w.end_array().key("domains").begin_array();
+  for (auto& d : after)
+    w.begin_object()
+        .member("id", d.id)
+        .member("path", d.path)
+        .member("epoch", d.epoch)
+        .end_object();
+  w.end_array().key("warnings").begin_array();
+  for (auto& warning : warnings) w.value(warning);
+  w.end_array().end_object();
+  out += '\n';
+  return out;
 }
 
 }  // namespace
@@ -205,18 +247,7 @@ int cmd_recover(const Args& args) {
   }
 
   if (as_json) {
-    std::string out = fmt::format(
-        "{{\"state\":{},\"floor\":{},\"ok\":{},\"in_use\":false,\"errno\":{},\"error\":{},"
-        "\"highest_stamp\":{},\"report\":[",
-        q(dir), floor, rc == 0 ? "true" : "false", rc, q(rc ? errname(rc) : ""), highest);
-    for (size_t i = 0; i < lines.size(); i++) out += (i ? "," : "") + q(lines[i]);
-    out += "],\"domains\":[";
-    for (size_t i = 0; i < after.size(); i++)
-      out += fmt::format("{}{{\"id\":{},\"path\":{},\"epoch\":{}}}", i ? "," : "", after[i].id,
-                         q(after[i].path), after[i].epoch);
-    out += "],\"warnings\":[";
-    for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
-    std::cout << out << "]}\n";
+    std::cout << result_json(dir, floor, rc, highest, lines, after, warnings);
     return rc == 0 ? 0 : exit_code::kFailed;
   }
   for (auto& l : lines) std::cout << l << "\n";

@@ -6,12 +6,12 @@
 #include <cerrno>
 #include <iostream>
 
-#include "audit/audit.h"
 #include "cli/commands.h"
 #include "cli/ctlfile.h"
 #include "cli/exit_codes.h"
 #include "cli/options.h"
 #include "common/error.h"
+#include "common/json_writer.h"
 #include "common/parse.h"
 
 namespace fencefs::cli {
@@ -47,11 +47,20 @@ int cmd_whoami(const Args& args) {
   }
   if (p.flag("json")) {
     // 64-bit values also as strings, as in status --json (jq reads numbers as doubles).
-    std::cout << fmt::format(
-        "{{\"mount\":\"{}\",\"domain\":\"{}\",\"epoch\":{},\"epoch_str\":\"{}\",\"token\":{},"
-        "\"token_str\":{}}}\n",
-        audit::json_escape(root), audit::json_escape(domain), epoch, epoch,
-        token.empty() ? "null" : token, token.empty() ? "null" : "\"" + token + "\"");
+    std::string out;
+    common::JsonWriter w(&out);
+    w.begin_object()
+        .member("mount", root)
+        .member("domain", domain)
+        .key("epoch")
+        .raw(epoch)
+        .member("epoch_str", epoch);
+    if (token.empty())
+      w.key("token").null().key("token_str").null();
+    else
+      w.key("token").raw(token).member("token_str", token);
+    w.end_object();
+    std::cout << out << "\n";
     return 0;
   }
   uint64_t e = 0, t = 0;

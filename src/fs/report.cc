@@ -6,6 +6,7 @@
 
 #include <chrono>
 
+#include "common/json_writer.h"
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "fs/fs.h"
@@ -23,45 +24,64 @@ std::string render_status_json(Fs& f) {
           .count();
   auto since =
       std::chrono::duration_cast<std::chrono::seconds>(f.started_wall.time_since_epoch()).count();
-  std::string out = fmt::format(
-      "{{\"schema_version\":1,\"mount\":\"{}\",\"pid\":{},\"started_unix\":{},"
-      "\"uptime_seconds\":{},\"backing\":\"{}\",\"state\":\"{}\",\"max_jump\":{},"
-      "\"max_jump_str\":\"{}\",\"journal\":{{\"poisoned\":{},"
-      "\"bytes\":{},\"snapshot_bytes\":{},\"syncs\":{},\"compactions\":{},"
-      "\"sync_failures\":{}}},\"domains\":[",
-      audit::json_escape(f.opts().mountpoint), getpid(), since, uptime,
-      audit::json_escape(f.opts().backing), audit::json_escape(f.opts().state_dir),
-      f.fence().config().max_jump, f.fence().config().max_jump, store.poisoned() ? "true" : "false",
-      js.journal_bytes, js.snapshot_bytes, js.syncs, js.compactions, js.sync_failures);
+  std::string out;
+  common::JsonWriter w(&out);
+  Epoch max_jump = f.fence().config().max_jump;
+  w.begin_object()
+      .member("schema_version", 1)
+      .member("mount", f.opts().mountpoint)
+      .member("pid", getpid())
+      .member("started_unix", since)
+      .member("uptime_seconds", uptime)
+      .member("backing", f.opts().backing)
+      .member("state", f.opts().state_dir)
+      .member("max_jump", max_jump)
+      .member("max_jump_str", std::to_string(max_jump))
+      .key("journal")
+      .begin_object()
+      .member("poisoned", store.poisoned())
+      .member("bytes", js.journal_bytes)
+      .member("snapshot_bytes", js.snapshot_bytes)
+      .member("syncs", js.syncs)
+      .member("compactions", js.compactions)
+      .member("sync_failures", js.sync_failures)
+      .end_object()
+      .key("domains")
+      .begin_array();
   auto bindings = f.bindings().list();
-  bool first = true;
   for (Domain* d : f.fence().domains().all()) {
-    out += first ? "" : ",";
-    first = false;
-    out += fmt::format(
-        "{{\"id\":{},\"path\":\"{}\",\"epoch\":{},\"epoch_str\":\"{}\","
-        "\"last_advance_unix_ns\":{},\"last_advance_unix_ns_str\":\"{}\",\"accepted\":{},"
-        "\"advances\":{},\"refused\":{{",
-        d->id, audit::json_escape(d->path), d->epoch.load(), d->epoch.load(),
-        d->last_advance_unix_ns.load(), d->last_advance_unix_ns.load(), d->accepted.load(),
-        d->advances.load());
+    Epoch epoch = d->epoch.load();
+    auto last_advance = d->last_advance_unix_ns.load();
+    w.begin_object()
+        .member("id", d->id)
+        .member("path", d->path)
+        .member("epoch", epoch)
+        .member("epoch_str", std::to_string(epoch))
+        .member("last_advance_unix_ns", last_advance)
+        .member("last_advance_unix_ns_str", std::to_string(last_advance))
+        .member("accepted", d->accepted.load())
+        .member("advances", d->advances.load())
+        .key("refused")
+        .begin_object();
     for (int r = 0; r < static_cast<int>(fence::Reason::kCount); r++)
-      out += fmt::format("{}\"{}\":{}", r ? "," : "", fence::reason_name(fence::Reason(r)),
-                         d->refused[r].load());
-    out += "},\"bound\":[";
-    bool fb = true;
+      w.member(fence::reason_name(fence::Reason(r)), d->refused[r].load());
+    w.end_object().key("bound").begin_array();
     for (auto& b : bindings) {
       auto t = b.tokens.find(d->id);
       if (t == b.tokens.end()) continue;
-      out += fmt::format("{}{{\"pid\":{},\"comm\":\"{}\",\"token\":{},\"token_str\":\"{}\"}}",
-                         fb ? "" : ",", b.pid, audit::json_escape(b.comm), t->second, t->second);
-      fb = false;
+      w.begin_object()
+          .member("pid", b.pid)
+          .member("comm", b.comm)
+          .member("token", t->second)
+          .member("token_str", std::to_string(t->second))
+          .end_object();
     }
-    out += "]}";
+    w.end_array().end_object();
   }
-  out += "]";
-  if (auto* a = f.fence().authority()) out += ",\"cluster\":" + a->status_json();
-  out += "}\n";
+  w.end_array();
+  if (auto* a = f.fence().authority()) w.key("cluster").raw(a->status_json());
+  w.end_object();
+  out += '\n';
   return out;
 }
 

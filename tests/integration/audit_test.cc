@@ -467,6 +467,34 @@ TEST(AuditFormat, EscapingRoundTripsThroughJson) {
   EXPECT_EQ("<absent>", S(*v, "tid"));
 }
 
+// Lines are hash-chained and read by scripts: the bytes of a record are pinned, member order
+// and all (every optional member present).
+TEST(AuditFormat, ExactBytesOfAFullRecord) {
+  fencefs::audit::Event e;
+  e.op = "rename";
+  e.decision = "refused";
+  e.reason = "stale";
+  e.domain = "/d";
+  e.path = "/a\xff";
+  e.path2 = "/b\"c";
+  e.token = "3";
+  e.epoch_before = UINT64_MAX;
+  e.epoch_after = 7;
+  e.err = ESTALE;
+  e.pid = 10;
+  e.tid = 11;
+  e.uid = 4294967294u;
+  e.gid = 5;
+  e.comm = "sh";
+  e.message = "m";
+  EXPECT_EQ(R"({"time":"2026-12-02T10:00:00.123456Z","op":"rename","decision":"refused",)"
+            R"("reason":"stale","domain":"/d","path":"/a\udcff","path2":"/b\"c","token":"3",)"
+            R"("epoch_before":18446744073709551615,"epoch_after":7,"errno":116,"error":"ESTALE",)"
+            R"("pid":10,"tid":11,"uid":4294967294,"gid":5,"comm":"sh","message":"m"})"
+            "\n",
+            fencefs::audit::to_json(e, 1796205600123456789));
+}
+
 TEST(AuditFormat, Times) {
   using fencefs::audit::parse_iso_time;
   using fencefs::audit::parse_since;
