@@ -16,7 +16,7 @@ Bindings::Bindings(proc::ProcessInfo& procs) : procs_(procs) {}
 
 Bindings::~Bindings() {
   for (Shard& s : shards_) {
-    std::lock_guard lk(s.mu);
+    common::MutexLock lk(s.mu);
     s.map.clear();
   }
 }
@@ -52,21 +52,22 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   uint64_t id = procs_.id(h);
   procs_.close(h);
   if (h < 0 || id == 0) return ESRCH;
-  std::unique_lock lk(mu_);
-  // Amortised: dropping dead binders costs a handle each.
-  if (bindings_.size() >= swept_size_ * 2 + 64) {
-    sweep_dead_locked();
-    swept_size_ = bindings_.size();
+  {
+    common::WriterLock lk(mu_);
+    // Amortised: dropping dead binders costs a handle each.
+    if (bindings_.size() >= swept_size_ * 2 + 64) {
+      sweep_dead_locked();
+      swept_size_ = bindings_.size();
+    }
+    Entry& e = bindings_[who->tgid];
+    if (e.id != id) e = Entry{};  // a recycled pid starts afresh
+    e.pid = who->tgid;
+    e.id = id;
+    e.comm = who->comm;
+    e.tokens[domain] = token;
+    empty_ = false;
+    gen_.fetch_add(1);
   }
-  Entry& e = bindings_[who->tgid];
-  if (e.id != id) e = Entry{};  // a recycled pid starts afresh
-  e.pid = who->tgid;
-  e.id = id;
-  e.comm = who->comm;
-  e.tokens[domain] = token;
-  empty_ = false;
-  gen_.fetch_add(1);
-  lk.unlock();
   if (on_change) on_change(who->tgid, domain, token, true);
   return 0;
 }
@@ -74,15 +75,16 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
 int Bindings::unbind(pid_t tid, uint32_t domain) {
   auto who = procs_.identity(tid);
   if (!who) return ESRCH;
-  std::unique_lock lk(mu_);
-  auto it = bindings_.find(who->tgid);
-  if (it != bindings_.end()) {
-    it->second.tokens.erase(domain);
-    if (it->second.tokens.empty()) bindings_.erase(it);
+  {
+    common::WriterLock lk(mu_);
+    auto it = bindings_.find(who->tgid);
+    if (it != bindings_.end()) {
+      it->second.tokens.erase(domain);
+      if (it->second.tokens.empty()) bindings_.erase(it);
+    }
+    empty_ = bindings_.empty();
+    gen_.fetch_add(1);
   }
-  empty_ = bindings_.empty();
-  gen_.fetch_add(1);
-  lk.unlock();
   if (on_change) on_change(who->tgid, domain, 0, false);
   return 0;
 }
@@ -100,7 +102,7 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
   for (;;) {
     Entry bound;
     {
-      std::shared_lock lk(mu_);
+      common::ReaderLock lk(mu_);
       auto it = bindings_.find(pid);
       if (it != bindings_.end()) bound = it->second;
     }
@@ -154,7 +156,7 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
   Shard& s = shard(tid);
   std::shared_ptr<const Resolved> hit;
   {
-    std::lock_guard lk(s.mu);
+    common::MutexLock lk(s.mu);
     auto it = s.map.find(tid);
     if (it != s.map.end()) hit = it->second;
   }
@@ -164,7 +166,7 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
       auto t = hit->tokens.find(domain);
       return t == hit->tokens.end() ? 0 : t->second;
     }
-    std::lock_guard lk(s.mu);
+    common::MutexLock lk(s.mu);
     auto it = s.map.find(tid);
     if (it != s.map.end() && it->second == hit) {
       s.handles -= hit->handles.size();
@@ -192,7 +194,7 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
   r->gen = gen;
   r->tokens = std::move(tokens);
   size_t n = r->handles.size();
-  std::lock_guard lk(s.mu);
+  common::MutexLock lk(s.mu);
   // Bounded per shard; entries still in use close their handles when their last user is done.
   if (s.map.size() >= kMaxCache / kShards || s.handles + n > kMaxHandles / kShards) {
     s.map.clear();
@@ -206,7 +208,7 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
 }
 
 std::vector<Bindings::Entry> Bindings::list() {
-  std::unique_lock lk(mu_);
+  common::WriterLock lk(mu_);
   sweep_dead_locked();
   empty_ = bindings_.empty();
   std::vector<Entry> out;

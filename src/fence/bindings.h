@@ -30,7 +30,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/proc.h"
+#include "common/thread_annotations.h"
 #include "fence/token.h"
 
 namespace fencefs::fence {
@@ -79,9 +81,9 @@ class Bindings {
   // The cache, split by thread id so that concurrent requests rarely share a mutex; the mutex
   // guards only the map, never a poll.
   struct Shard {
-    std::mutex mu;
-    std::unordered_map<pid_t, std::shared_ptr<const Resolved>> map;
-    size_t handles = 0;  // held by the entries in `map`
+    common::Mutex mu;
+    std::unordered_map<pid_t, std::shared_ptr<const Resolved>> map GUARDED_BY(mu);
+    size_t handles GUARDED_BY(mu) = 0;  // held by the entries in `map`
   };
   static constexpr size_t kShards = 8;
   Shard& shard(pid_t tid) { return shards_[static_cast<size_t>(tid) % kShards]; }
@@ -89,13 +91,13 @@ class Bindings {
   // the result (caller closes them), unless the chain is too long to watch (*cacheable false).
   // False when the caller vanished meanwhile.
   bool walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch, bool* cacheable);
-  bool alive_locked(pid_t pid, const Entry& e);
-  void sweep_dead_locked();
+  bool alive_locked(pid_t pid, const Entry& e) REQUIRES(mu_);
+  void sweep_dead_locked() REQUIRES(mu_);
 
   proc::ProcessInfo& procs_;
-  mutable std::shared_mutex mu_;  // bindings_
-  std::unordered_map<pid_t, Entry> bindings_;
-  size_t swept_size_ = 0;
+  mutable common::SharedMutex mu_;
+  std::unordered_map<pid_t, Entry> bindings_ GUARDED_BY(mu_);
+  size_t swept_size_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> gen_{1};
   std::atomic<bool> empty_{true};
 

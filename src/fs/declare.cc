@@ -134,11 +134,11 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
   }
   {
     // Cached stamps of the files whose stamp now names its domain: read again when needed.
-    std::lock_guard tl(table_mu_);
+    common::MutexLock tl(table_mu_);
     for (auto& [dev, ino] : sc.restamped) {
       auto it = table_.find({ino, dev});
       if (it == table_.end()) continue;
-      std::lock_guard il(inode_mutex(it->second));
+      common::MutexLock il(inode_mutex(it->second));
       it->second.stamp.store(kStampUnknown, std::memory_order_release);
     }
   }

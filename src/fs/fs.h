@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "fence/bindings.h"
 #include "fence/fence.h"
 #include "fence/stamp.h"
@@ -55,7 +57,7 @@ struct Inode {
   std::atomic<uint64_t> nlookup{0};
   // The directory this inode was last found in or moved to, so that its domain is known from the
   // table alone. A parent stays in the table while it has children there (`kids`); both are
-  // guarded by the table's mutex.
+  // guarded by the table's mutex (Fs::table_mu_, which the analysis cannot name from here).
   Inode* parent = nullptr;
   uint32_t kids = 0;
   std::atomic<Domain*> domain{nullptr};  // cache of domain_of, valid for domain_gen
@@ -68,7 +70,7 @@ struct Inode {
 
 // Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
 // keep cached inodes small.
-std::mutex& inode_mutex(const Inode& i);
+common::Mutex& inode_mutex(const Inode& i);
 
 struct Handle {
   ~Handle();
@@ -172,17 +174,18 @@ class Fs {
   fence::Bindings& bindings_;
   Inode root_;
   bool take_file_id(Inode& i, int fd);
-  void load_stamp_locked(Inode& i, int fd);
-  void set_parent_locked(Inode* i, Inode* p);
-  void drop_locked(Inode* i);
-  Inode* find_locked(const struct stat& st);
-  std::mutex table_mu_;
+  void load_stamp_locked(Inode& i, int fd) REQUIRES(inode_mutex(i));
+  void set_parent_locked(Inode* i, Inode* p) REQUIRES(table_mu_);
+  void drop_locked(Inode* i) REQUIRES(table_mu_);
+  Inode* find_locked(const struct stat& st) REQUIRES(table_mu_);
+  common::Mutex table_mu_;
   struct KeyHash {
     size_t operator()(const std::pair<ino_t, dev_t>& k) const {
       return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ULL ^ k.second);
     }
   };
-  std::unordered_map<std::pair<ino_t, dev_t>, Inode, KeyHash> table_;  // nodes never move
+  std::unordered_map<std::pair<ino_t, dev_t>, Inode, KeyHash> table_
+      GUARDED_BY(table_mu_);  // nodes never move
   NodeTable nodes_;
   int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
   std::atomic<size_t> open_fds_{0};

@@ -23,7 +23,7 @@ namespace {
 
 using fence::kStampXattr;
 
-std::mutex g_inode_mutexes[256];
+common::Mutex g_inode_mutexes[256];
 
 uint32_t coarse_now() {
   return static_cast<uint32_t>(std::chrono::duration_cast<std::chrono::seconds>(
@@ -33,7 +33,7 @@ uint32_t coarse_now() {
 
 }  // namespace
 
-std::mutex& inode_mutex(const Inode& i) {
+common::Mutex& inode_mutex(const Inode& i) {
   return g_inode_mutexes[(reinterpret_cast<uintptr_t>(&i) >> 6) % std::size(g_inode_mutexes)];
 }
 
@@ -93,7 +93,7 @@ Fs::~Fs() {
 int Fs::pin(Inode& i) {
   i.users.fetch_add(1);
   if (i.fd.load() >= 0 || &i == &root_ || is_virtual(i)) return 0;
-  std::lock_guard lk(inode_mutex(i));
+  common::MutexLock lk(inode_mutex(i));
   if (i.fd.load() >= 0) return 0;
   if (i.id.len == 0) return ESTALE;
   struct {
@@ -117,7 +117,7 @@ void Fs::unpin(Inode& i) {
   uint32_t u = i.users.load(std::memory_order_relaxed);
   while (u != (Inode::kDoomed | 1))
     if (i.users.compare_exchange_weak(u, u - 1)) return;
-  std::lock_guard lk(table_mu_);
+  common::MutexLock lk(table_mu_);
   if (i.users.fetch_sub(1) != (Inode::kDoomed | 1)) return;
   i.users.fetch_and(~Inode::kDoomed);
   drop_locked(&i);
@@ -170,7 +170,7 @@ void Fs::reclaim_fds() {
   target = target > held ? target - held : 0;
   std::vector<Inode*> victims;
   {
-    std::lock_guard lk(table_mu_);
+    common::MutexLock lk(table_mu_);
     // Idle for a second first; then, if that was not enough, anything not in use.
     for (uint32_t min_idle : {1u, 0u}) {
       for (auto& [k, node] : table_) {
@@ -185,7 +185,7 @@ void Fs::reclaim_fds() {
       if (open_fds_.load() - victims.size() <= target) break;
     }
     for (Inode* i : victims) {
-      std::lock_guard ilk(inode_mutex(*i));
+      common::MutexLock ilk(inode_mutex(*i));
       int fd = i->fd.exchange(-1);
       if (fd < 0) continue;
       if (i->users.load() != 0 || i->open_handles.load() != 0 || !take_file_id(*i, fd)) {
@@ -248,7 +248,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
       fence_.audit(std::move(ev), fence::Caller{});
     }
   }
-  std::unique_lock lk(table_mu_);
+  common::UniqueLock lk(table_mu_);
   auto [it, inserted] = table_.try_emplace({st.st_ino, st.st_dev});
   Inode* i = &it->second;
   if (!inserted) {
@@ -279,7 +279,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
 void Fs::forget_one(fuse_ino_t ino, uint64_t n) {
   Inode* i = inode(ino);
   if (!i || i == &root_ || is_virtual(*i)) return;
-  std::lock_guard lk(table_mu_);
+  common::MutexLock lk(table_mu_);
   if (i->nlookup.fetch_sub(n) == n) drop_locked(i);
 }
 
@@ -331,7 +331,7 @@ Domain& Fs::domain_of(Inode& i) {
   // generation answers for everything below it.
   Domain* found = nullptr;
   {
-    std::lock_guard lk(table_mu_);
+    common::MutexLock lk(table_mu_);
     Inode* x = &i;
     for (size_t steps = 0; x && steps <= table_.size() + 1; steps++) {
       if (x == &root_) {
@@ -376,7 +376,7 @@ void Fs::load_stamp_locked(Inode& i, int fd) {
 Epoch Fs::stamp_of(Inode& i, int fd, const Domain* in) {
   if (i.type != S_IFREG) return 0;
   const Domain& d = in ? *in : domain_of(i);
-  std::lock_guard lk(inode_mutex(i));
+  common::MutexLock lk(inode_mutex(i));
   load_stamp_locked(i, fd);
   uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
   // Another domain's epochs say nothing about this one's: not evidence of a rollback here.
@@ -388,7 +388,7 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   if (!opts_.stamps || i.type != S_IFREG) return;
   Pinned pin(*this, fd >= 0 ? nullptr : &i);
   if (pin.error()) return;
-  std::lock_guard lk(inode_mutex(i));
+  common::MutexLock lk(inode_mutex(i));
   load_stamp_locked(i, fd);
   uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
   Epoch cur = i.stamp.load(std::memory_order_acquire);
@@ -414,14 +414,14 @@ void Fs::renamed(Inode& p, const char* name, Inode& np, const char* newname, uns
   struct stat st;
   if (flags & RENAME_EXCHANGE) {
     if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      std::lock_guard lk(table_mu_);
+      common::MutexLock lk(table_mu_);
       if (Inode* o = find_locked(st)) set_parent_locked(o, &p);
     }
   }
   if (fstatat(np.fd, newname, &st, AT_SYMLINK_NOFOLLOW) != 0) return;
   Inode* i = nullptr;
   {
-    std::lock_guard lk(table_mu_);
+    common::MutexLock lk(table_mu_);
     i = find_locked(st);
     if (i == &root_) return;
     if (i) {

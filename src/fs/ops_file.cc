@@ -254,7 +254,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
   if (created) {  // made just now: it carries no stamp yet, nothing to read
-    std::lock_guard lk(inode_mutex(i));
+    common::MutexLock lk(inode_mutex(i));
     i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
     i.stamp.store(0, std::memory_order_release);
   }

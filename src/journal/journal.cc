@@ -19,6 +19,8 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/mutex.h"
+#include "common/thread_annotations.h"
 #include "journal/format.h"
 #include "journal/load.h"
 #include "journal/replay.h"
@@ -97,15 +99,16 @@ class Store final : public StateStore {
   Store(const Paths& p, const Options& o, FileLayer& fs) : p_(p), opts_(o), fs_(fs) {}
 
   ~Store() override {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !busy_; });
+    common::UniqueLock lk(mu_);
+    cv_.wait(lk.native(), [&]() REQUIRES(mu_) { return !busy_; });
     if (journal_ != nullptr) journal_->close();
   }
 
-  // Takes over the recovered state; `journal` is open for appending at its valid end.
+  // Takes over the recovered state; `journal` is open for appending at its valid end. Unchecked:
+  // it runs before the store is shared, with nothing to lock against.
   void init(const ReplayState& s, std::unique_ptr<File> journal, uint32_t chain,
             const Incarnation& inc, uint64_t generation, uint64_t journal_size,
-            uint64_t snapshot_size, RecoveryReport report) {
+            uint64_t snapshot_size, RecoveryReport report) NO_THREAD_SAFETY_ANALYSIS {
     for (const auto& [id, d] : s.by_id) {
       Domain& dom = domains_[id];
       dom.path = d.path;
@@ -123,7 +126,7 @@ class Store final : public StateStore {
   }
 
   std::vector<DomainRecord> domains() const override {
-    std::lock_guard<std::mutex> lk(mu_);
+    common::MutexLock lk(mu_);
     std::vector<DomainRecord> v;
     for (const auto& [id, d] : domains_) {
       if (d.added) v.push_back(DomainRecord{id, d.path, d.durable});
@@ -132,7 +135,7 @@ class Store final : public StateStore {
   }
 
   int durable_epoch(uint32_t id, uint64_t* epoch) const override {
-    std::lock_guard<std::mutex> lk(mu_);
+    common::MutexLock lk(mu_);
     auto it = domains_.find(id);
     if (it == domains_.end() || !it->second.added) return EINVAL;
     *epoch = it->second.durable;
@@ -142,7 +145,7 @@ class Store final : public StateStore {
   const RecoveryReport& report() const override { return report_; }
 
   int advance(uint32_t id, uint64_t epoch) override {
-    std::unique_lock<std::mutex> lk(mu_);
+    common::UniqueLock lk(mu_);
     auto it = domains_.find(id);
     if (it == domains_.end()) return EINVAL;
     Domain& d = it->second;
@@ -167,7 +170,7 @@ class Store final : public StateStore {
 
   int add_domain(uint32_t id, const std::string& path) override {
     if (!format::valid_path(path)) return EINVAL;
-    std::unique_lock<std::mutex> lk(mu_);
+    common::UniqueLock lk(mu_);
     if (domains_.count(id) || paths_.count(path)) return EEXIST;
     if (poisoned_) return EIO;
     Domain& d = domains_[id];
@@ -184,8 +187,8 @@ class Store final : public StateStore {
   }
 
   int rewrite() override {
-    std::unique_lock<std::mutex> lk(mu_);
-    cv_.wait(lk, [&] { return !busy_; });
+    common::UniqueLock lk(mu_);
+    cv_.wait(lk.native(), [&]() REQUIRES(mu_) { return !busy_; });
     busy_ = true;
     bool kept = false;
     int rc = write_fresh(lk, &kept);
@@ -202,7 +205,7 @@ class Store final : public StateStore {
   bool poisoned() const override { return poisoned_.load(std::memory_order_acquire); }
 
   Stats stats() const override {
-    std::lock_guard<std::mutex> lk(mu_);
+    common::MutexLock lk(mu_);
     Stats s = stats_;
     s.journal_bytes = journal_size_;
     s.snapshot_bytes = snapshot_size_;
@@ -240,8 +243,10 @@ class Store final : public StateStore {
 
   // Group commit: whoever finds the journal idle with work queued becomes the leader and writes
   // and syncs everything queued so far; the others wait for their record's batch.
-  // Returns with mu_ released when the record was done by another leader.
-  int wait_done(std::unique_lock<std::mutex>& lk, const std::shared_ptr<Op>& op) {
+  // Returns with mu_ released when the record was done by another leader. Unchecked: it drops and
+  // retakes mu_ through the caller's lock, which the analysis cannot follow.
+  int wait_done(common::UniqueLock& lk, const std::shared_ptr<Op>& op)
+      REQUIRES(mu_) NO_THREAD_SAFETY_ANALYSIS {
     bool gathered = false;
     while (!op->done.load(std::memory_order_acquire)) {
       if (busy_ || queue_.empty()) {
@@ -262,8 +267,9 @@ class Store final : public StateStore {
         // moment, far less than a sync, to join.
         gathered = true;
         gatherers_++;
-        gather_cv_.wait_for(lk, kGatherWindow,
-                            [&] { return busy_ || op->done || queue_.size() >= gather_target_; });
+        gather_cv_.wait_for(lk.native(), kGatherWindow, [&]() REQUIRES(mu_) {
+          return busy_ || op->done || queue_.size() >= gather_target_;
+        });
         gatherers_--;
       } else {
         lead(lk);
@@ -272,12 +278,13 @@ class Store final : public StateStore {
     return op->result;
   }
 
-  // Under mu_, after queue_ grew.
-  void enqueued() {
+  // After queue_ grew.
+  void enqueued() REQUIRES(mu_) {
     if (gatherers_ > 0 && queue_.size() >= gather_target_) gather_cv_.notify_all();
   }
 
-  void lead(std::unique_lock<std::mutex>& lk) {
+  // Unchecked: drops mu_ around its I/O through the caller's lock (see wait_done).
+  void lead(common::UniqueLock& lk) REQUIRES(mu_) NO_THREAD_SAFETY_ANALYSIS {
     busy_ = true;
     std::vector<std::shared_ptr<Op>> batch(queue_.begin(), queue_.end());
     queue_.clear();
@@ -339,7 +346,7 @@ class Store final : public StateStore {
 
   // Under mu_, by the owner of busy_: hands the journal to the callers of the first queued
   // record (one of them leads the next batch), and to rewrite() or the destructor if waiting.
-  void release_journal() {
+  void release_journal() REQUIRES(mu_) {
     busy_ = false;
     cv_.notify_all();
     if (!queue_.empty()) {
@@ -355,7 +362,8 @@ class Store final : public StateStore {
 
   // Marks a batch done and moves the durable/pending epochs. Under mu_. Without wake, the caller
   // wakes the sleepers of the batch (wake_sleepers) later.
-  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc, bool wake = true) {
+  void finish(const std::vector<std::shared_ptr<Op>>& batch, int rc, bool wake = true)
+      REQUIRES(mu_) {
     for (const auto& op : batch) {
       op->result = rc;
       op->done.store(true, std::memory_order_release);
@@ -385,7 +393,7 @@ class Store final : public StateStore {
   }
 
   // Under mu_: refuse all further durability until rewrite() succeeds.
-  void poison() {
+  void poison() REQUIRES(mu_) {
     poisoned_ = true;
     std::vector<std::shared_ptr<Op>> queued(queue_.begin(), queue_.end());
     queue_.clear();
@@ -397,7 +405,8 @@ class Store final : public StateStore {
   // and busy_ owned; drops mu_ during the I/O. Both new files are written (and the journal's
   // reserve allocated) before anything is renamed: until then a failure, such as a full disk,
   // leaves the current journal in force (*kept), with the room it has.
-  int write_fresh(std::unique_lock<std::mutex>& lk, bool* kept) {
+  // Unchecked: drops mu_ around its I/O through the caller's lock (see wait_done).
+  int write_fresh(common::UniqueLock& lk, bool* kept) REQUIRES(mu_) NO_THREAD_SAFETY_ANALYSIS {
     std::vector<DomainRecord> snap;
     for (const auto& [id, d] : domains_) {
       if (d.added) snap.push_back(DomainRecord{id, d.path, d.durable});
@@ -455,21 +464,22 @@ class Store final : public StateStore {
   const Options opts_;
   FileLayer& fs_;
 
-  mutable std::mutex mu_;
+  mutable common::Mutex mu_;
   std::condition_variable cv_;
-  std::map<uint32_t, Domain> domains_;
-  std::unordered_set<std::string> paths_;
-  std::deque<std::shared_ptr<Op>> queue_;
-  size_t gather_target_ = 0;  // records the next batch waits for (briefly): see wait_done
-  int gatherers_ = 0;         // would-be leaders waiting for the batch to fill
+  std::map<uint32_t, Domain> domains_ GUARDED_BY(mu_);
+  std::unordered_set<std::string> paths_ GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<Op>> queue_ GUARDED_BY(mu_);
+  size_t gather_target_ GUARDED_BY(mu_) =
+      0;                               // records the next batch waits for (briefly): see wait_done
+  int gatherers_ GUARDED_BY(mu_) = 0;  // would-be leaders waiting for the batch to fill
   std::condition_variable gather_cv_;
-  bool busy_ = false;                  // a leader, compaction or rewrite owns the journal file
+  bool busy_ GUARDED_BY(mu_) = false;  // a leader, compaction or rewrite owns the journal file
   std::atomic<bool> poisoned_{false};  // written under mu_
-  uint64_t generation_ = 0;
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
   Incarnation inc_{};
   uint64_t journal_size_ = 0;
-  uint64_t snapshot_size_ = 0;
-  Stats stats_;
+  uint64_t snapshot_size_ GUARDED_BY(mu_) = 0;
+  Stats stats_ GUARDED_BY(mu_);
   RecoveryReport report_;
 
   // Owned by the holder of busy_.
