@@ -440,7 +440,8 @@ fi
 conn_of() { awk -v m="$1" '$5 == m { split($3, d, ":"); print d[1] * 1048576 + d[2]; exit }' /proc/self/mountinfo; }
 # ff_requests: fencefs' own per-opcode counters as "op count" lines (forgets left out).
 ff_requests() {
-  sed -n 's/^fencefs_fuse_requests_total{op="\([a-z_]*\)"} \([0-9]*\)$/\1 \2/p' "$FF_MNT/.fencefs/metrics" |
+  # Series carry other labels (mount="…") beside op.
+  sed -n 's/^fencefs_fuse_requests_total{.*\bop="\([a-z_]*\)".*} \([0-9]*\)$/\1 \2/p' "$FF_MNT/.fencefs/metrics" |
     grep -v -E '^(forget|batch_forget) '
 }
 # trace_jobs CONTENDER N OUT: runs N one-thread jobs in a fresh directory with the tracepoint on;
