@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/parse.h"
 #include "common/proc.h"
@@ -391,6 +392,41 @@ std::vector<std::string> for_each_record(
       fn(l, fmt::format("{}:{}", f, n), complete);
     });
   return errors;
+}
+
+std::map<std::string, int64_t> last_advances(const std::string& dir, size_t window) {
+  std::map<std::string, int64_t> out;
+  int fd = open((dir + "/" + kEpochs).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  struct stat st;
+  if (fstat(fd, &st) != 0) st.st_size = 0;
+  // The file only grows: its tail holds the newest records. Reading a window keeps mounting
+  // fast however long the history is; a domain last advanced before it has no time until the next.
+  auto size = static_cast<uint64_t>(st.st_size);
+  uint64_t from = size > window ? size - window : 0;
+  std::string buf(size - from, '\0');
+  ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(from));
+  close(fd);
+  if (n <= 0) return out;
+  buf.resize(static_cast<size_t>(n));
+  size_t pos = 0;
+  if (from > 0) pos = buf.find('\n') == std::string::npos ? buf.size() : buf.find('\n') + 1;
+  while (pos < buf.size()) {
+    size_t end = buf.find('\n', pos);
+    if (end == std::string::npos) break;  // a partial last line
+    auto v = json::parse(std::string_view(buf).substr(pos, end - pos));
+    pos = end + 1;
+    if (!v) continue;
+    const json::Value* decision = v->get("decision");
+    const json::Value* domain = v->get("domain");
+    const json::Value* time = v->get("time");
+    if (!decision || !domain || !time || decision->as_string() != "advanced") continue;
+    if (auto t = parse_iso_time(time->as_string())) {
+      int64_t& last = out[domain->as_string()];
+      last = std::max(last, *t);
+    }
+  }
+  return out;
 }
 
 }  // namespace fencefs::audit

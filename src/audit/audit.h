@@ -134,6 +134,10 @@ std::vector<std::string> for_each_record(
     const std::string& dir,
     const std::function<void(const std::string& line, const std::string& where, bool complete)>&
         fn);
+// When each domain's epoch last advanced ({domain path -> unix ns}), from the "advanced" records
+// in the last `window` bytes of DIR/epochs.jsonl: the daemon starts its last-advance times there.
+// A missing or unreadable file gives an empty map.
+std::map<std::string, int64_t> last_advances(const std::string& dir, size_t window = 1 << 20);
 // A field made safe for a terminal: control characters, C1 controls, bidirectional overrides,
 // line separators, invalid UTF-8 and backslashes become visible escapes (\n, \x1b, \u202e).
 std::string display_escape(std::string_view s);

@@ -8,7 +8,7 @@
 
 namespace fencefs::cli {
 
-const char* kVersion = "0.1";
+const char* kVersion = FENCEFS_VERSION;  // CMake project(VERSION)
 
 const char* kUsage = R"(usage: fencectl COMMAND [ARGS...]
        fencectl COMMAND --help | --help | --version

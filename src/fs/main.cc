@@ -229,7 +229,7 @@ std::optional<int> parse_command_line(fuse_args* args, daemon::Args* a, fuse_cmd
     return 0;
   }
   if (a->version) {
-    std::cout << "fencefs 0.1 (libfuse " << fuse_pkgversion() << ")\n";
+    std::cout << "fencefs " FENCEFS_VERSION " (libfuse " << fuse_pkgversion() << ")\n";
     return 0;
   }
   if (fuse_parse_cmdline(args, copts) != 0) return 1;
@@ -357,6 +357,8 @@ int main(int argc, char* argv[]) {
 
   fence::DomainTable domains;
   load_domains(*store, backing, &domains);
+  for (auto& [path, ns] : audit::last_advances(state))
+    if (fence::Domain* d = domains.by_path(path)) d->last_advance_unix_ns = ns;
 
   audit::Log audit_log(o.aopts);
   fence::HighWater highwater(open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));

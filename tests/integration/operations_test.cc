@@ -584,7 +584,12 @@ TEST(Fencectl, EveryCommandHasItsOwnHelp) {
 
 TEST(Fencectl, VersionAndUsageErrors) {
   int st = -1;
-  EXPECT_EQ(sh_out(kCtl + " --version", &st), "fencectl 0.1\n");
+  // Both binaries print the one version CMake defines (also fencefs_build_info's).
+  EXPECT_EQ(sh_out(kCtl + " --version", &st), std::string("fencectl ") + FENCEFS_VERSION + "\n");
+  EXPECT_EQ(st, 0);
+  EXPECT_EQ(sh_out(kFencefs + " --version", &st)
+                .rfind(std::string("fencefs ") + FENCEFS_VERSION + " (libfuse ", 0),
+            0u);
   EXPECT_EQ(st, 0);
   for (std::string bad :
        {"status --bogus", "audit --since", "verify", "verify a b", "recover --state /x --floor -1",

@@ -320,11 +320,37 @@ TEST(Metrics, PromtoolAcceptsThePageAndEverySeriesNamesItsMount) {
     EXPECT_NE(std::string::npos, line.find(label)) << line;
   }
   EXPECT_GT(samples, 20u);
-  EXPECT_NE(std::string::npos, text.find(label + ",version=\"0.1\",libfuse=\"")) << text;
+  EXPECT_NE(std::string::npos, text.find(label + ",version=\"" FENCEFS_VERSION "\",libfuse=\""))
+      << text;
   EXPECT_NE(std::string::npos,
             text.find("fencefs_last_advance_timestamp_seconds" + label + ",domain=\"/\"} "))
       << text;
   EXPECT_EQ(std::string::npos,
             text.find("fencefs_last_advance_timestamp_seconds" + label + ",domain=\"/we"))
       << "a domain never advanced has no timestamp";
+}
+
+// The value of `series` (its whole name and labels, up to the space) on the metrics page.
+static std::string sample(const std::string& page, const std::string& series) {
+  size_t at = page.find("\n" + series + " ");
+  if (at == std::string::npos) return "";
+  at += series.size() + 2;
+  return page.substr(at, page.find('\n', at) - at);
+}
+
+TEST(Metrics, LastAdvanceTimesSurviveARestart) {
+  Mount m;
+  ASSERT_EQ(0, advance(m, 3));
+  ASSERT_EQ(0, ::mkdir(m.bpath("b").c_str(), 0755));
+  ASSERT_EQ(0, sh(kCtl + " domain add " + q(m.path("b")) + " >/dev/null"));
+  std::string series = "fencefs_last_advance_timestamp_seconds{mount=\"" + m.mnt() + "\",domain=";
+  std::string before = sample(slurp(m.path(".fencefs/metrics")), series + "\"/\"}");
+  ASSERT_NE("", before);
+  ASSERT_TRUE(m.remount());
+  std::string page = slurp(m.path(".fencefs/metrics"));
+  // From the audit's epochs.jsonl: the same second (the record keeps microseconds, the page ms).
+  std::string after = sample(page, series + "\"/\"}");
+  ASSERT_NE("", after) << page;
+  EXPECT_NEAR(std::stod(before), std::stod(after), 0.002) << before << " vs " << after;
+  EXPECT_EQ("", sample(page, series + "\"/b\"}")) << "a domain never advanced has no time";
 }
