@@ -40,6 +40,8 @@ ROWS = [
      "lower", "req"),
     ("req_legacy_t1_self", "daemon", "FUSE requests per legacy job, 1 thread (fencefs' own counters)",
      "req/job", "lower", None),
+    ("req_rdwr_write", "daemon", "FUSE requests per 4 KiB write, O_RDWR file (kernel tracepoint)", "req/write",
+     "lower", "req"),
     ("rss_bound_growth", "daemon", "RSS growth per bound process, {bound_procs} live", "bytes", "lower", None),
     ("rss_inode_growth", "daemon", "RSS growth per cached inode, {rss_inodes} inodes", "bytes", "lower", "rss"),
     ("rss_inode_growth_small", "daemon", "RSS growth per cached inode, first {rss_inodes_small} (fd limit)", "bytes", "lower", "rss"),
@@ -306,7 +308,7 @@ def main():
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
               "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
               "at least 1.0x every measured overlay (raw is the ceiling, not a contender). "
-              "For µs, bytes, KiB, s and req/job, lower is better.")
+              "For µs, bytes, KiB, s, req/job and req/write, lower is better.")
     md.append("")
     md.append(md_row(head))
     md.append("|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|")

@@ -333,18 +333,18 @@ as() {
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
-  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
   done
 fi
 if has raw; then
-  for k in cpu_legacy_t1 cpu_legacy_t4 req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
+  for k in cpu_legacy_t1 cpu_legacy_t4 req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
 fi
 for c in passthrough_ll passthrough_hp mergerfs bindfs; do
   if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
 done
 if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
-  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" passthrough_hp "${SKIP_REASON[passthrough_hp]}"
   done
 fi
@@ -444,11 +444,24 @@ ff_requests() {
   sed -n 's/^fencefs_fuse_requests_total{.*\bop="\([a-z_]*\)".*} \([0-9]*\)$/\1 \2/p' "$FF_MNT/.fencefs/metrics" |
     grep -v -E '^(forget|batch_forget) '
 }
-# trace_jobs CONTENDER N OUT: runs N one-thread jobs in a fresh directory with the tracepoint on;
-# OUT gets "op count" lines (the kernel's opcode names) and a "total" line. fencefs: OUT.ff gets
-# the daemon's own counters' difference over the same run.
+# count_workload KIND CONTENDER DIR N: the counted workload. legacy: N one-thread small-file
+# jobs. rdwr: N 4 KiB pwrites into one file opened O_RDWR (as fio and databases open theirs).
+count_workload() {
+  local kind=$1 c=$2 d=$3 n=$4
+  case $kind in
+    legacy) as "$c" "$B/legacy_job" "$d" "$n" 1 ;;
+    rdwr) as "$c" python3 -c 'import os, sys
+os.makedirs(sys.argv[1], exist_ok=True)
+fd = os.open(sys.argv[1] + "/f", os.O_RDWR | os.O_CREAT, 0o644)
+for i in range(int(sys.argv[2])): os.pwrite(fd, b"x" * 4096, (i % 256) * 4096)
+os.close(fd)' "$d" "$n" ;;
+  esac
+}
+# trace_jobs CONTENDER N OUT [KIND]: runs N units of the KIND workload (count_workload; legacy by
+# default) in a fresh directory with the tracepoint on; OUT gets "op count" lines (the kernel's
+# opcode names) and a "total" line. fencefs: OUT.ff gets the daemon's own counters' difference.
 trace_jobs() {
-  local c=$1 n=$2 out=$3 d ev=$TI/events/fuse/fuse_request_send conn
+  local c=$1 n=$2 out=$3 kind=${4:-legacy} d ev=$TI/events/fuse/fuse_request_send conn
   d=$(workdir "$c")/count-$n
   conn=$(conn_of "${MNT_OF[$c]}")
   [ -n "$conn" ] || { echo "no mountinfo line for ${MNT_OF[$c]}" >"$W/count.err"; return 1; }
@@ -458,7 +471,7 @@ trace_jobs() {
   if [ "$c" = fencefs ]; then ff_requests >"$W/ff.before" || { echo "cannot read $FF_MNT/.fencefs/metrics" >"$W/count.err"; return 1; }; fi
   echo 1 >"$ev/enable" || { echo "cannot enable the tracepoint in $TI" >"$W/count.err"; return 1; }
   local rc=0
-  as "$c" "$B/legacy_job" "$d" "$n" 1 >/dev/null 2>"$W/count.err" || rc=1
+  count_workload "$kind" "$c" "$d" "$n" >/dev/null 2>"$W/count.err" || rc=1
   echo 0 >"$ev/enable"
   if [ "$c" = fencefs ]; then ff_requests >"$W/ff.after" || rc=1; fi
   as "$c" rm -rf "$d" || true
@@ -483,7 +496,10 @@ per_job() {
 COUNT_ACTIVE=()
 for c in "${ACTIVE[@]}"; do [ "$c" = raw ] || COUNT_ACTIVE+=("$c"); done
 if [ -z "$TI" ]; then
-  for c in "${COUNT_ACTIVE[@]}"; do note req_legacy_t1 "$c" "$TRACE_REASON"; done
+  for c in "${COUNT_ACTIVE[@]}"; do
+    note req_legacy_t1 "$c" "$TRACE_REASON"
+    note req_rdwr_write "$c" "$TRACE_REASON"
+  done
 else
   log "request counts: ${COUNT_ACTIVE[*]:-none}, $LEGACY_FILES and $((2 * LEGACY_FILES)) one-thread jobs"
   for c in "${COUNT_ACTIVE[@]}"; do
@@ -502,6 +518,13 @@ else
       fi
     else
       note req_legacy_t1 "$c" "$(tail -1 "$W/count.err")"
+    fi
+    if trace_jobs "$c" "$LEGACY_FILES" "$W/req1" rdwr && trace_jobs "$c" "$((2 * LEGACY_FILES))" "$W/req2" rdwr; then
+      per_job "$W/req1" "$W/req2" "$LEGACY_FILES" >"$W/req.per"
+      record req_rdwr_write "$c" 1 "$(kv total "$W/req.per")"
+      log "requests per 4 KiB write (O_RDWR), $c: $(grep -v '^total ' "$W/req.per" | awk '$2 + 0 != 0' | sort | tr '\n' ' ')"
+    else
+      note req_rdwr_write "$c" "$(tail -1 "$W/count.err")"
     fi
   done
   rmdir "$TI" 2>/dev/null || log "left tracefs instance $TI"
