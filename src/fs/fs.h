@@ -68,6 +68,10 @@ struct Inode {
   uint64_t nodeid = 0;  // FUSE node id (NodeTable), never an address
 };
 
+// Every cached inode costs a table node (this, its key, a link) plus a NodeTable slot: a field
+// more here is ~16 bytes more per cached inode (bench: RSS growth per cached inode < 200 bytes).
+static_assert(sizeof(Inode) <= 128);
+
 // Orders stamp writes, fd reclaim and reopen of an inode: striped, not one mutex per inode, to
 // keep cached inodes small.
 common::Mutex& inode_mutex(const Inode& i);
@@ -180,7 +184,8 @@ class Fs {
   Inode* find_locked(const struct stat& st) REQUIRES(table_mu_);
   common::Mutex table_mu_;
   struct KeyHash {
-    size_t operator()(const std::pair<ino_t, dev_t>& k) const {
+    // noexcept: the map then stores no hash beside each node (16 bytes per cached inode).
+    size_t operator()(const std::pair<ino_t, dev_t>& k) const noexcept {
       return std::hash<uint64_t>{}(k.first * 0x9e3779b97f4a7c15ULL ^ k.second);
     }
   };
