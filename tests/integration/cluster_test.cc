@@ -268,7 +268,7 @@ TEST_F(ClusterTest, PausedMemberIsFencedByTheHook) {
   pid_t a = spawn_job(n1, 5, [&] { return append_until_error(n1.path("log"), "A\n"); });
   std::this_thread::sleep_for(200ms);
   pid_t member1 = n1.pid();
-  kill(member1, SIGSTOP);
+  ASSERT_TRUE(freeze(member1));
   std::this_thread::sleep_for(100ms);  // A is now inside a write the frozen daemon holds
 
   EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
@@ -294,7 +294,7 @@ TEST_F(ClusterTest, PausedMemberWithoutHookFailsTheAdvance) {
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
   pid_t a = spawn_job(n1, 5, [&] { return append_until_error(n1.path("log"), "A\n"); });
   std::this_thread::sleep_for(200ms);
-  kill(n1.pid(), SIGSTOP);
+  ASSERT_TRUE(freeze(n1.pid()));
   std::this_thread::sleep_for(100ms);
 
   EXPECT_EQ(n2.ctl("advance / 6"), EIO);
@@ -351,7 +351,7 @@ TEST_F(ClusterTest, MemberCutOffFromEtcdStopsAdmitting) {
   });
   pid_t frozen = etcd_pid(etcd, 1);
   ASSERT_GT(frozen, 0);
-  kill(frozen, SIGSTOP);
+  ASSERT_TRUE(freeze(frozen));
   ASSERT_EQ(write(pfd[1], "g", 1), 1);
   EXPECT_EQ(wait_status(job), EIO);
   int ms = -1;
@@ -591,7 +591,7 @@ TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
   Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
   Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
-  kill(n1.pid(), SIGSTOP);
+  ASSERT_TRUE(freeze(n1.pid()));
   EXPECT_EQ(n2.ctl("advance / 6"), EIO);
   std::string log = n2.log();
   EXPECT_NE(log.find("failed (exit 3: cannot reach"), std::string::npos) << log;
@@ -645,7 +645,7 @@ TEST_F(ClusterTest, FencedMemberRejoinsAtTheNewEpoch) {
   Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5,lease_ttl=2");
   Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
-  kill(n1.pid(), SIGSTOP);
+  ASSERT_TRUE(freeze(n1.pid()));
   ASSERT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
   EXPECT_EQ(n2.status().find("\"id\":\"m1\""), std::string::npos);  // no longer a member
   kill(n1.pid(), SIGCONT);
@@ -672,7 +672,7 @@ TEST_F(ClusterTest, EqualTokenWritesDoNotTouchEtcd) {
   ASSERT_EQ(n1.ctl("advance / 3"), 0);
   pid_t frozen = etcd_pid(etcd, 0);
   ASSERT_GT(frozen, 0);
-  kill(frozen, SIGSTOP);
+  ASSERT_TRUE(freeze(frozen));
   auto t0 = Clock::now();
   pid_t j = spawn_job(n1, 3, [&] {
     int fd = ::open(n1.path("data").c_str(), O_WRONLY | O_CREAT, 0644);

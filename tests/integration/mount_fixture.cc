@@ -65,6 +65,32 @@ void untrack_mount(const std::string& mnt) {
   live_mounts().erase(mnt);
 }
 
+static bool all_stopped(pid_t pid) {
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return false;
+  bool all = true;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(dir + "/" + e->d_name + "/stat");
+    std::string st((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    size_t paren = st.rfind(')');
+    if (paren != std::string::npos && paren + 2 < st.size() && !strchr("TtZX", st[paren + 2]))
+      all = false;  // stopped, or gone
+  }
+  closedir(d);
+  return all;
+}
+
+bool freeze(pid_t pid) {
+  if (kill(pid, SIGSTOP) != 0) return false;
+  for (int t = 0; t < 5000; t += 5) {
+    if (all_stopped(pid)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+
 int sh(const std::string& cmd) {
   int st = std::system(cmd.c_str());
   if (st == -1) return -1;

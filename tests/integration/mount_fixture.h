@@ -1,6 +1,7 @@
 // A real fencefs mount in a temp dir, always unmounted (RAII + an atexit sweep).
 #pragma once
 #include <gtest/gtest.h>
+#include <sys/types.h>
 
 #include <functional>
 #include <string>
@@ -18,6 +19,10 @@ std::string temp_dir(std::string_view name);
 int sh(const std::string& cmd);
 // Runs a shell command and captures stdout.
 std::string sh_out(const std::string& cmd, int* status = nullptr);
+
+// SIGSTOPs pid and waits (up to 5 s) until every one of its threads is stopped: kill(2) returns
+// before they are, and a thread still running may serve one more request. True once stopped.
+bool freeze(pid_t pid);
 
 // Whether something is mounted at mnt (/proc/mounts).
 bool is_mounted(const std::string& mnt);
