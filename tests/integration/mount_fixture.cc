@@ -246,7 +246,10 @@ void Mount::kill9() {
   untrack_mount(mnt_);
 }
 
-bool Mount::remount() { return try_mount(extra_) == -1000; }
+bool Mount::remount() {
+  if (mounted()) return false;  // a second daemon would stack on the first, which then leaks
+  return try_mount(extra_) == -1000;
+}
 
 std::string Mount::daemon_log() const {
   std::ifstream in(log_);

@@ -346,7 +346,8 @@ TEST(Metrics, LastAdvanceTimesSurviveARestart) {
   std::string series = "fencefs_last_advance_timestamp_seconds{mount=\"" + m.mnt() + "\",domain=";
   std::string before = sample(slurp(m.path(".fencefs/metrics")), series + "\"/\"}");
   ASSERT_NE("", before);
-  ASSERT_TRUE(m.remount());
+  ASSERT_EQ(0, m.unmount()) << m.daemon_log();
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
   std::string page = slurp(m.path(".fencefs/metrics"));
   // From the audit's epochs.jsonl: the same second (the record keeps microseconds, the page ms).
   std::string after = sample(page, series + "\"/\"}");
