@@ -116,6 +116,17 @@ bool wait_for_text(const std::string& file, const std::string& text) {
   return false;
 }
 
+// The daemon's stderr once it has logged "mounted", which it does just after the mount appears
+// (when Mount returns).
+std::string log_once_mounted(const Mount& m) {
+  std::string log = m.daemon_log();
+  for (int t = 0; t < 20000 && log.find("mounted ") == std::string::npos; t += 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    log = m.daemon_log();
+  }
+  return log;
+}
+
 // A temporary directory outside every mount, removed at the end of the test.
 struct TempDir {
   std::string path;
@@ -397,7 +408,8 @@ TEST(Logging, StderrAndFileLinesAreTimestamped) {
   std::string log = t.path + "/f.log";
   Mount a;
   Mount b({"-o", "log=" + log});
-  for (const std::string& text : {a.daemon_log(), slurp(log)}) {
+  ASSERT_TRUE(wait_for_text(log, "mounted "));
+  for (const std::string& text : {log_once_mounted(a), slurp(log)}) {
     std::istringstream in(text);
     std::string line;
     bool found = false;
@@ -439,11 +451,12 @@ TEST(Logging, UnreachableSyslogOrJournalFallsBackToStderr) {
                  Case{"journal", "/run/systemd/journal/socket", "journal is unreachable"}}) {
     Mount m({"-o", std::string("log=") + c.sink});
     ASSERT_TRUE(m.mounted());
-    std::string log = m.daemon_log();
     if (!exists(c.socket)) {  // these machines: nothing listens
+      std::string log = log_once_mounted(m);
       EXPECT_NE(log.find(c.warning), std::string::npos) << c.sink << ": " << log;
       EXPECT_NE(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
     } else {  // a host with a logger: it gets the lines, stderr does not
+      std::string log = m.daemon_log();
       EXPECT_EQ(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
     }
   }
