@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -89,6 +90,10 @@ TEST(IdentityCache, AThreadGoneIsReadAfresh) {
   const pid_t tid = t.tid();
   ASSERT_TRUE(cache.get(tid));
   t.join();
+  // join() returns once the thread has left user space, a moment before the kernel reaps it.
+  std::string task = "/proc/self/task/" + std::to_string(tid);
+  for (int k = 0; k < 5000 && access(task.c_str(), F_OK) == 0; k++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The kernel may have given the number to another thread already: then that one is named.
   auto now = cache.get(tid);
   if (now) {
