@@ -396,10 +396,11 @@ std::vector<std::string> for_each_record(
 
 std::map<std::string, int64_t> last_advances(const std::string& dir, size_t window) {
   std::map<std::string, int64_t> out;
-  int fd = open((dir + "/" + kEpochs).c_str(), O_RDONLY | O_CLOEXEC);
+  // Read at mount, before serving: a FIFO or symlink in its place must not hang or redirect it.
+  int fd = open((dir + "/" + kEpochs).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return out;
   struct stat st;
-  if (fstat(fd, &st) != 0) st.st_size = 0;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) st.st_size = 0;
   // The file only grows: its tail holds the newest records. Reading a window keeps mounting
   // fast however long the history is; a domain last advanced before it has no time until the next.
   auto size = static_cast<uint64_t>(st.st_size);
@@ -410,7 +411,7 @@ std::map<std::string, int64_t> last_advances(const std::string& dir, size_t wind
   if (n <= 0) return out;
   buf.resize(static_cast<size_t>(n));
   size_t pos = 0;
-  if (from > 0) pos = buf.find('\n') == std::string::npos ? buf.size() : buf.find('\n') + 1;
+  if (from > 0) pos = std::min(buf.find('\n'), buf.size() - 1) + 1;  // skip a partial first line
   while (pos < buf.size()) {
     size_t end = buf.find('\n', pos);
     if (end == std::string::npos) break;  // a partial last line

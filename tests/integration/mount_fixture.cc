@@ -72,8 +72,7 @@ static bool all_stopped(pid_t pid) {
   bool all = true;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
-    std::ifstream in(dir + "/" + e->d_name + "/stat");
-    std::string st((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string st = slurp(dir + "/" + e->d_name + "/stat");
     size_t paren = st.rfind(')');
     if (paren != std::string::npos && paren + 2 < st.size() && !strchr("TtZX", st[paren + 2]))
       all = false;  // stopped, or gone

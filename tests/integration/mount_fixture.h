@@ -62,7 +62,8 @@ class Mount {
   // Starts fencefs with these args and waits for the mount; returns the daemon's exit status if it
   // exited instead (e.g. refused to mount), else -1000 and the mount is up.
   int try_mount(std::vector<std::string> extra);
-  std::string daemon_log() const;  // stderr of the daemon so far
+  std::string daemon_log() const;                       // stderr of the daemon so far
+  const std::string& log_path() const { return log_; }  // the file it is written to
 
  private:
   std::string root_, backing_, mnt_, log_;

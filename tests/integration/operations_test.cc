@@ -116,17 +116,6 @@ bool wait_for_text(const std::string& file, const std::string& text) {
   return false;
 }
 
-// The daemon's stderr once it has logged "mounted", which it does just after the mount appears
-// (when Mount returns).
-std::string log_once_mounted(const Mount& m) {
-  std::string log = m.daemon_log();
-  for (int t = 0; t < 20000 && log.find("mounted ") == std::string::npos; t += 10) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    log = m.daemon_log();
-  }
-  return log;
-}
-
 // A temporary directory outside every mount, removed at the end of the test.
 struct TempDir {
   std::string path;
@@ -408,8 +397,10 @@ TEST(Logging, StderrAndFileLinesAreTimestamped) {
   std::string log = t.path + "/f.log";
   Mount a;
   Mount b({"-o", "log=" + log});
+  // The daemon logs "mounted" just after the mount appears, which is when Mount returns.
   ASSERT_TRUE(wait_for_text(log, "mounted "));
-  for (const std::string& text : {log_once_mounted(a), slurp(log)}) {
+  ASSERT_TRUE(wait_for_text(a.log_path(), "mounted "));
+  for (const std::string& text : {a.daemon_log(), slurp(log)}) {
     std::istringstream in(text);
     std::string line;
     bool found = false;
@@ -452,7 +443,8 @@ TEST(Logging, UnreachableSyslogOrJournalFallsBackToStderr) {
     Mount m({"-o", std::string("log=") + c.sink});
     ASSERT_TRUE(m.mounted());
     if (!exists(c.socket)) {  // these machines: nothing listens
-      std::string log = log_once_mounted(m);
+      ASSERT_TRUE(wait_for_text(m.log_path(), "mounted ")) << m.daemon_log();
+      std::string log = m.daemon_log();
       EXPECT_NE(log.find(c.warning), std::string::npos) << c.sink << ": " << log;
       EXPECT_NE(log.find("info: mounted"), std::string::npos) << c.sink << ": " << log;
     } else {  // a host with a logger: it gets the lines, stderr does not
