@@ -83,10 +83,9 @@ struct Handle {
   Domain* domain = nullptr;
   std::atomic<Epoch> token{0};  // captured at open; rebindable by ioctl
   bool writable = false;
-  std::atomic<bool> stale{false};          // once refused as stale, refused for good
-  std::atomic<bool> dirty{false};          // mutated: restamp size/mtime at release
-  std::atomic<bool> privs_checked{false};  // set-id bits dropped for an unprivileged writer
-  uid_t charged_uid = 0;                   // whose FdBudget share holds this handle
+  std::atomic<bool> stale{false};  // once refused as stale, refused for good
+  std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
+  uid_t charged_uid = 0;           // whose FdBudget share holds this handle
   bool charged = false;
   PageCache* tracker = nullptr;  // set while it may write through a shared mapping
   // Virtual files: the content served, and the reply to the last ctl command.
@@ -250,6 +249,9 @@ class ChargedTo {
 // Drops CAP_SYS_RESOURCE from the calling thread's effective set (call before any worker thread
 // exists): with it, any write of the daemon may use the reserved blocks whatever its fsuid.
 void drop_resource_override();
+
+// Clears the set-id bits of the regular file open at fd as a write by the request's caller would.
+void kill_setid(fuse_req_t req, int fd);
 
 // Handlers, one group per file.
 void ctl_lookup(fuse_req_t req, Inode& parent, const char* name);

@@ -34,6 +34,7 @@
 #include "fence/bindings.h"
 #include "fence/fence.h"
 #include "fs/fs.h"
+#include "fs/kernel_io.h"
 
 using namespace fencefs;
 
@@ -295,6 +296,8 @@ fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const std::stri
   if (fuse_session_mount(se, mnt.c_str()) != 0)
     die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
   daemon::on_failure([se] { fuse_session_unmount(se); });
+  std::string error;
+  if (!fs::kernel_io::install(se, true, &error)) die(error);
   return se;
 }
 

@@ -13,8 +13,11 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // Cached pages of a file are dropped when its size or mtime changed behind the kernel's back
   // (another daemon on the same BACKING): files are cached by every handle, writable ones too.
   if (conn->capable & FUSE_CAP_AUTO_INVAL_DATA) conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
-  // Clearing set-id bits on write stays with the kernel, which sends a (fenced) setattr.
+  // Not the old KILLPRIV (it would take clearing set-id bits on chown and every setattr): the
+  // daemon takes FUSE_HANDLE_KILLPRIV_V2 instead, negotiated below libfuse (kernel_io.h).
   conn->want &= ~FUSE_CAP_HANDLE_KILLPRIV;
+  // Requests must be read, not spliced, for kernel_io to see their flags.
+  conn->want &= ~FUSE_CAP_SPLICE_READ;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/path.h"
+#include "fs/kernel_io.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -85,6 +86,11 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
   if (valid & FUSE_SET_ATTR_SIZE) {
     res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(path.c_str(), attr->st_size);
     if (res) return (void)fuse_reply_err(req, errno);
+    if (kernel_io::kill_suidgid()) {
+      int wfd = fd >= 0 ? fd : open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      if (wfd >= 0) kill_setid(req, wfd);
+      if (wfd >= 0 && wfd != fd) ::close(wfd);
+    }
   }
   if (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME)) {
     struct timespec tv[2];

@@ -9,6 +9,7 @@
 #include <shared_mutex>
 
 #include "fencefs/ioctl.h"
+#include "fs/kernel_io.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -110,7 +111,7 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   // Handles that can map the file use the page cache. Without the writeback cache a write(2)
   // still reaches the daemon at once as a WRITE of its own handle; writeback of mapped pages is
   // judged by PageCache. O_WRONLY handles cannot be mapped and bypass the cache: their writes
-  // cost no copy and no security.capability lookup (a GETXATTR) per write(2).
+  // cost no copy.
   // keep_cache=0: each open drops what the kernel cached of the file.
   fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
   fi->keep_cache = 0;
@@ -152,6 +153,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   Handle* h = new_handle(req, fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
+    if (kernel_io::kill_suidgid()) kill_setid(req, fd);
     f.stamp(i, fd, token, *d);
     h->dirty = true;
   }
@@ -253,6 +255,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
+  if (!created && (fi->flags & O_TRUNC) && kernel_io::kill_suidgid()) kill_setid(req, fd);
   if (created) {  // made just now: it carries no stamp yet, nothing to read
     common::MutexLock lk(inode_mutex(i));
     i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
@@ -284,16 +287,14 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
   fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
 
-// A write by a caller without CAP_FSETID clears set-user-ID, and set-group-ID when the group may
-// execute or the caller is not in the file's group, as the kernel does natively. The kernel sends
-// a (fenced) setattr for that before a cached write, not before a direct one (O_WRONLY handles);
-// the daemon itself writes as root, which would keep them.
-static void drop_privs(fuse_req_t req, Handle& h) {
-  if (h.privs_checked.exchange(true)) return;
-  const fuse_ctx* c = fuse_req_ctx(req);
-  if (c->uid == 0) return;
+// Clears set-user-ID, and set-group-ID when the group may execute or the caller is not in the
+// file's group, as the kernel does natively for a caller without CAP_FSETID. The kernel says when
+// (kernel_io: FUSE_WRITE_KILL_SUIDGID on direct writes, and with FUSE_HANDLE_KILLPRIV_V2 on every
+// write, truncate and O_TRUNC open); the daemon acts as root, which would keep them.
+void kill_setid(fuse_req_t req, int fd) {
   struct stat st;
-  if (fstat(h.fd, &st) != 0 || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  const fuse_ctx* c = fuse_req_ctx(req);
   mode_t mode = st.st_mode & 07777 & ~S_ISUID;
   if (st.st_mode & S_ISGID) {
     bool in_group = c->gid == st.st_gid;
@@ -304,7 +305,7 @@ static void drop_privs(fuse_req_t req, Handle& h) {
     }
     if ((st.st_mode & S_IXGRP) || !in_group) mode &= ~S_ISGID;
   }
-  if (mode != (st.st_mode & 07777)) fchmod(h.fd, mode);
+  if (mode != (st.st_mode & 07777)) fchmod(fd, mode);
 }
 
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
@@ -315,7 +316,10 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
   fence::Admission a;
   int err = fi->writepage ? admit_writeback(req, h, &a) : admit_handle(req, h, "write", &a);
   if (!err) {
-    drop_privs(req, h);
+    // Without FUSE_HANDLE_KILLPRIV_V2 the kernel clears them itself (a setattr) before a cached
+    // write; the uid stands in for CAP_FSETID where the kernel said nothing.
+    if (kernel_io::kill_suidgid() || (!kernel_io::killpriv_v2() && fuse_req_ctx(req)->uid != 0))
+      kill_setid(req, h.fd);
     ssize_t n;
     {
       ChargedTo charged(req);

@@ -1771,6 +1771,70 @@ TEST(Conformance, WriteByNonOwnerClearsSetid) {
   EXPECT_CONFORMS(r);
 }
 
+// Cached (O_RDWR) writes, truncation and O_TRUNC opens: with FUSE_HANDLE_KILLPRIV_V2 the kernel
+// leaves clearing the bits to the daemon, and marks an inode it has checked once as needing no
+// more checks until its attributes change.
+TEST(Conformance, CachedWritesAndTruncationClearSetid) {
+  auto r = run([](Ctx& x) {
+    R(::mkdir(C("d"), 0777));
+    R(::chmod(C("d"), 0777));
+    for (const char* n : {"d/rw", "d/ot", "d/ct", "d/ft", "d/root_rw", "d/root_ot"}) {
+      put(x, n, "0123456789");
+      R(::chmod(x.c(n), 06777));
+    }
+    put(x, "d/g", "g");
+    R(::chmod(C("d/g"), 02666));  // setgid without group exec: kept
+    int fd = FD(::open(C("d/root_rw"), O_RDWR));
+    R(::pwrite(fd, "r", 1, 0));
+    ::close(fd);
+    x.lstat("d/root_rw");
+    fd = FD(::open(C("d/root_ot"), O_WRONLY | O_TRUNC));
+    if (fd >= 0) ::close(fd);
+    x.lstat("d/root_ot");
+    // File capabilities set after the kernel marked the inode checked: the next write drops them.
+    put(x, "d/cap", "cap");
+    fd = FD(::open(C("d/cap"), O_RDWR));
+    R(::pwrite(fd, "c", 1, 0));
+    const uint32_t caps[5] = {0x02000000, 1u << 10, 0, 0, 0};  // VFS_CAP_REVISION_2
+    R(::setxattr(C("d/cap"), "security.capability", caps, sizeof caps, 0));
+    R(::getxattr(C("d/cap"), "security.capability", nullptr, 0));
+    R(::pwrite(fd, "c", 1, 1));
+    ::close(fd);
+    R(::getxattr(C("d/cap"), "security.capability", nullptr, 0));
+    x.become(kNobody, kNogroup);
+    fd = FD(::open(C("d/rw"), O_RDWR));
+    R(::pwrite(fd, "x", 1, 0));
+    x.fstat("rw", fd);
+    R(::pwrite(fd, "y", 1, 1));
+    ::close(fd);
+    x.lstat("d/rw");
+    fd = FD(::open(C("d/ot"), O_WRONLY | O_TRUNC));
+    if (fd >= 0) ::close(fd);
+    x.lstat("d/ot");
+    fd = FD(::open(C("d/ct"), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    if (fd >= 0) ::close(fd);
+    x.lstat("d/ct");
+    fd = FD(::open(C("d/ft"), O_RDWR));
+    R(::ftruncate(fd, 2));
+    ::close(fd);
+    x.lstat("d/ft");
+    fd = FD(::open(C("d/g"), O_RDWR));
+    R(::pwrite(fd, "x", 1, 0));
+    ::close(fd);
+    x.lstat("d/g");
+    // The owner sets the bit again between two writes of one handle: the second clears it too.
+    put(x, "d/own", "own");
+    fd = FD(::open(C("d/own"), O_RDWR));
+    for (int k = 0; k < 3; k++) {
+      R(::fchmod(fd, 04777));
+      R(::pwrite(fd, "z", 1, k));
+      x.fstat("own", fd);
+    }
+    ::close(fd);
+  });
+  EXPECT_CONFORMS(r);
+}
+
 // ============================================================================ more file I/O
 
 TEST(Conformance, AppendAndPositions) {

@@ -66,3 +66,33 @@ TEST(OpStats, CountsEveryRequestByOpcode) {
   std::string lint = sh_out("promtool check metrics < '" + after_path + "' 2>&1", &status);
   EXPECT_EQ(0, status) << lint;
 }
+
+// Writes through the page cache (an O_RDWR handle, as fio and databases open files): the kernel
+// asks for security.capability once per inode, then marks it checked (FUSE_HANDLE_KILLPRIV_V2
+// and SB_NOSEC), so each further write(2) is a single WRITE.
+TEST(OpStats, CachedWritesAskForCapabilitiesOnce) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string p0 = m.root() + "/0.prom", p1 = m.root() + "/1.prom", p2 = m.root() + "/2.prom";
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              int fd = open(m.path("db").c_str(), O_RDWR | O_CREAT, 0644);
+              if (fd < 0) return 1;
+              char buf[4096] = {'x'};
+              std::string s0 = slurp(m.path(".fencefs/metrics"));
+              for (int k = 0; k < 100; k++)
+                if (pwrite(fd, buf, sizeof buf, (k % 16) * 4096) != sizeof buf) return 2;
+              std::string s1 = slurp(m.path(".fencefs/metrics"));
+              for (int k = 0; k < 100; k++)
+                if (pwrite(fd, buf, sizeof buf, (k % 16) * 4096) != sizeof buf) return 3;
+              std::string s2 = slurp(m.path(".fencefs/metrics"));
+              spit(p0, s0);
+              spit(p1, s1);
+              spit(p2, s2);
+              return close(fd) == 0 ? 0 : 4;
+            }));
+  std::string s0 = slurp(p0), s1 = slurp(p1), s2 = slurp(p2);
+  EXPECT_EQ(100, requests(s1, "write") - requests(s0, "write")) << s1;
+  EXPECT_EQ(100, requests(s2, "write") - requests(s1, "write")) << s2;
+  EXPECT_LE(requests(s1, "getxattr") - requests(s0, "getxattr"), 1) << s1;
+  EXPECT_EQ(0, requests(s2, "getxattr") - requests(s1, "getxattr")) << s2;
+}

@@ -1,0 +1,123 @@
+#include "fs/kernel_io.h"
+
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace fencefs::fs::kernel_io {
+namespace {
+
+std::atomic<bool> offer_killpriv{false};
+std::atomic<uint64_t> init_unique{0};  // the INIT request whose reply gets the flag
+std::atomic<bool> accepted{false};
+thread_local bool kill_flag = false;
+
+template <typename T>
+bool arg_of(const char* buf, size_t n, T* out) {
+  if (n < sizeof(fuse_in_header) + sizeof(T)) return false;
+  std::memcpy(out, buf + sizeof(fuse_in_header), sizeof(T));
+  return true;
+}
+
+// What this thread will serve next: the kill flags of its request.
+void note_request(const char* buf, size_t n) {
+  kill_flag = false;
+  if (n < sizeof(fuse_in_header)) return;
+  fuse_in_header h;
+  std::memcpy(&h, buf, sizeof h);
+  switch (h.opcode) {
+    case FUSE_WRITE: {
+      fuse_write_in w;
+      kill_flag = arg_of(buf, n, &w) && (w.write_flags & FUSE_WRITE_KILL_SUIDGID);
+      break;
+    }
+    case FUSE_SETATTR: {
+      fuse_setattr_in s;
+      kill_flag = arg_of(buf, n, &s) && (s.valid & FATTR_KILL_SUIDGID);
+      break;
+    }
+    case FUSE_OPEN: {
+      fuse_open_in o;
+      kill_flag = arg_of(buf, n, &o) && (o.open_flags & FUSE_OPEN_KILL_SUIDGID);
+      break;
+    }
+    case FUSE_CREATE: {
+      fuse_create_in c;
+      kill_flag = arg_of(buf, n, &c) && (c.open_flags & FUSE_OPEN_KILL_SUIDGID);
+      break;
+    }
+    case FUSE_INIT: {
+      fuse_init_in in;
+      // The first 16 bytes (major, minor, max_readahead, flags) are in every protocol version.
+      if (n < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof in.flags) break;
+      std::memcpy(&in, buf + sizeof(fuse_in_header), offsetof(fuse_init_in, flags) + 4);
+      if (offer_killpriv && (in.flags & FUSE_HANDLE_KILLPRIV_V2)) init_unique = h.unique;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+ssize_t io_read(int fd, void* buf, size_t len, void*) {
+  ssize_t n = ::read(fd, buf, len);
+  if (n > 0) note_request(static_cast<const char*>(buf), static_cast<size_t>(n));
+  return n;
+}
+
+ssize_t io_writev(int fd, iovec* iov, int count, void*) {
+  uint64_t want = init_unique.load(std::memory_order_relaxed);
+  if (want && count >= 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
+      iov[1].iov_len >= offsetof(fuse_init_out, flags) + sizeof(uint32_t)) {
+    fuse_out_header oh;
+    std::memcpy(&oh, iov[0].iov_base, sizeof oh);
+    if (oh.unique == want && oh.error == 0) {
+      // libfuse keeps no record of the flag: a copy of its reply with the bit added.
+      char out[256];
+      size_t len = iov[1].iov_len < sizeof out ? iov[1].iov_len : sizeof out;
+      std::memcpy(out, iov[1].iov_base, len);
+      uint32_t flags;
+      std::memcpy(&flags, out + offsetof(fuse_init_out, flags), sizeof flags);
+      flags |= FUSE_HANDLE_KILLPRIV_V2;
+      std::memcpy(out + offsetof(fuse_init_out, flags), &flags, sizeof flags);
+      iovec copy[2] = {iov[0], {out, len}};
+      ssize_t n = ::writev(fd, copy, 2);
+      if (n >= 0) accepted = true;
+      init_unique = 0;
+      return n;
+    }
+  }
+  return ::writev(fd, iov, count);
+}
+
+ssize_t io_splice_send(int fdin, off_t* offin, int fdout, off_t* offout, size_t len,
+                       unsigned int flags, void*) {
+  return ::splice(fdin, offin, fdout, offout, len, flags);
+}
+
+}  // namespace
+
+bool install(fuse_session* se, bool killpriv, std::string* error) {
+  offer_killpriv = killpriv;
+  // No splice_receive: requests are read, so their flags are seen (FUSE_CAP_SPLICE_READ stays off).
+  static const fuse_custom_io io = {io_writev, io_read, nullptr, io_splice_send};
+  int fd = fuse_session_fd(se);
+  if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
+    *error = std::string("cannot take the FUSE session's I/O: ") + std::strerror(-err);
+    return false;
+  }
+  return true;
+}
+
+bool kill_suidgid() { return kill_flag; }
+
+bool killpriv_v2() { return accepted; }
+
+}  // namespace fencefs::fs::kernel_io

@@ -1,0 +1,27 @@
+// The daemon's side of /dev/fuse, under libfuse: reads and writes pass through here
+// (fuse_session_custom_io) so that the daemon can
+// - take what libfuse 3.14 drops from a request: the kernel's "kill set-id bits" flags on WRITE,
+//   SETATTR, OPEN and CREATE (FUSE_WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID, FUSE_OPEN_KILL_SUIDGID);
+// - answer INIT with FUSE_HANDLE_KILLPRIV_V2, which libfuse 3.14 cannot send. With it the kernel
+//   marks inodes S_NOSEC once checked and stops asking for security.capability (a GETXATTR)
+//   before every cached write; in exchange the daemon clears set-id bits where the flags say.
+#pragma once
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <string>
+
+namespace fencefs::fs::kernel_io {
+
+// Installs the pass-through on a mounted session (after fuse_session_mount). killpriv: offer
+// FUSE_HANDLE_KILLPRIV_V2 when the kernel supports it. False with *error if libfuse refused.
+bool install(fuse_session* se, bool killpriv, std::string* error);
+
+// Whether the kernel asked the daemon to clear set-user-ID and set-group-ID for the request this
+// thread is serving (libfuse serves a request on the thread that read it).
+bool kill_suidgid();
+
+// Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
+bool killpriv_v2();
+
+}  // namespace fencefs::fs::kernel_io
