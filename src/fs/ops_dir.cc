@@ -115,6 +115,11 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       return (void)fuse_reply_err(req, err);
     }
     d->is_root = &i == &f.root();
+    // The kernel keeps the listing across opens and drops it when the directory changes through
+    // this mount (its iversion) or its mtime moved (checked at each opendir once the attributes
+    // expire): as sound as the attribute cache, so only where that cache is on (timeout > 0).
+    fi->cache_readdir = f.opts().timeout > 0;
+    fi->keep_cache = fi->cache_readdir;
   }
   fi->fh = reinterpret_cast<uint64_t>(d.get());
   if (fuse_reply_open(req, fi) == -ENOENT) {

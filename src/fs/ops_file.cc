@@ -263,9 +263,9 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   // Stamped now, under the admission: a holder superseded before it closes does not restamp.
   f.stamp(i, fd, a.token(), *d);
+  // Not dirty: the stamp above is the file as created; a mutation through the handle marks it.
   Handle* h = new_handle(req, fd, i, d, a.token(), true);
   uncharge.armed = false;
-  h->dirty = true;
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, true);

@@ -1,10 +1,13 @@
 // Per-opcode FUSE request counters: a known sequence of calls moves exactly the counters of the
 // requests the kernel sends for it, and the metrics stay valid Prometheus text.
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "integration/mount_fixture.h"
 
@@ -23,6 +26,24 @@ long long requests(const std::string& metrics, const std::string& op) {
       return std::stoll(metrics.substr(at + key.size()));
   }
   return -1;
+}
+
+// The names in a directory, sorted, "." and ".." left out.
+std::vector<std::string> names(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = opendir(dir.c_str());
+  if (!d) return {"opendir failed"};
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+long long listing_requests(const std::string& metrics) {
+  return requests(metrics, "readdir") + requests(metrics, "readdirplus");
 }
 
 }  // namespace
@@ -95,4 +116,55 @@ TEST(OpStats, CachedWritesAskForCapabilitiesOnce) {
   EXPECT_EQ(100, requests(s2, "write") - requests(s1, "write")) << s2;
   EXPECT_LE(requests(s1, "getxattr") - requests(s0, "getxattr"), 1) << s1;
   EXPECT_EQ(0, requests(s2, "getxattr") - requests(s1, "getxattr")) << s2;
+}
+
+// The kernel keeps a directory's listing across opens (cache_readdir, keep_cache), and a change
+// made through the mount is in the very next listing: a cached listing never hides one.
+TEST(OpStats, ListingsAreCachedUntilTheDirectoryChanges) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              if (mkdir(m.path("d").c_str(), 0755) != 0) return 1;
+              for (int k = 0; k < 50; k++) {
+                int fd = creat(m.path("d/f" + std::to_string(k)).c_str(), 0644);
+                if (fd < 0) return 2;
+                close(fd);
+              }
+              return 0;
+            }));
+  std::string d = m.path("d");
+  ASSERT_EQ(50u, names(d).size());
+  long long before = listing_requests(slurp(m.path(".fencefs/metrics")));
+  for (int k = 0; k < 5; k++) ASSERT_EQ(50u, names(d).size());
+  EXPECT_EQ(before, listing_requests(slurp(m.path(".fencefs/metrics"))))
+      << "a listing of an unchanged directory went to the daemon";
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              int fd = creat(m.path("d/new").c_str(), 0644);
+              if (fd < 0) return 1;
+              close(fd);
+              return unlink(m.path("d/f0").c_str()) == 0 ? 0 : 2;
+            }));
+  auto now = names(d);
+  EXPECT_EQ(50u, now.size());
+  EXPECT_TRUE(std::count(now.begin(), now.end(), "new") == 1);
+  EXPECT_TRUE(std::count(now.begin(), now.end(), "f0") == 0);
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              return rename(m.path("d/f1").c_str(), m.path("d/moved").c_str()) == 0 ? 0 : 1;
+            }));
+  now = names(d);
+  EXPECT_TRUE(std::count(now.begin(), now.end(), "moved") == 1);
+  EXPECT_TRUE(std::count(now.begin(), now.end(), "f1") == 0);
+  EXPECT_GT(listing_requests(slurp(m.path(".fencefs/metrics"))), before);
+}
+
+// A name put straight into BACKING (outside the contract: changes pass through the mount) shows
+// in a listing once the attribute timeout has passed, as it does in a lookup.
+TEST(OpStats, ACachedListingExpiresWithTheAttributeTimeout) {
+  Mount m({"-o", "timeout=1"});
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(0, as_job(m, 1, [&] { return mkdir(m.path("d").c_str(), 0755) == 0 ? 0 : 1; }));
+  ASSERT_TRUE(names(m.path("d")).empty());
+  spit(m.bpath("d/outside"), "x");
+  usleep(1'500'000);
+  EXPECT_EQ(std::vector<std::string>{"outside"}, names(m.path("d")));
 }
