@@ -139,10 +139,26 @@ void Log::summarize_locked(int64_t now, bool all) {
   }
 }
 
+// Opens a trail to append to. Never through a symlink, and never a FIFO or device put in its
+// place: opening one could block the advance that writes the record, or send it elsewhere.
+static int open_trail(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                  0600);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    int err = S_ISREG(st.st_mode) ? errno : EINVAL;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
 bool Log::write_epoch_locked(const std::string& line) {
   if (epochs_fd_ < 0) {
     std::string path = opts_.dir + "/" + kEpochs;
-    epochs_fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    epochs_fd_ = open_trail(path);
     if (epochs_fd_ < 0) {
       failed_locked("open epochs trail", errno);
       return false;
@@ -159,7 +175,7 @@ bool Log::write_epoch_locked(const std::string& line) {
 
 bool Log::open_locked() {
   std::string path = opts_.dir + "/" + kBase;
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  fd_ = open_trail(path);
   if (fd_ < 0) return false;
   struct stat st;
   if (fstat(fd_, &st) == 0) {
@@ -358,6 +374,11 @@ std::vector<std::string> for_each_record(
   std::vector<std::string> errors;
   auto read_lines = [&](const std::string& file,
                         const std::function<void(const std::string&, uint64_t, bool)>& each) {
+    struct stat st;
+    if (lstat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+      errors.push_back(file + ": not a regular file");
+      return;
+    }
     std::ifstream in(file, std::ios::binary);
     if (!in) {
       if (errno != ENOENT) errors.push_back(file + ": " + common::errstr(errno));

@@ -843,6 +843,37 @@ TEST(AuditFailure, DecisionsStandAndTheGapIsRecorded) {
   }
 }
 
+// A FIFO put where the epochs trail goes (by root: the state is 0700) neither blocks the advance
+// that writes the next record nor receives it: the advance succeeds and the failure is reported.
+TEST(AuditFailure, AFifoInPlaceOfTheEpochsTrailDoesNotBlockAdvances) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string trail = state_dir(m) + "/epochs.jsonl";
+  unlink(trail.c_str());
+  ASSERT_EQ(0, mkfifo(trail.c_str(), 0600));
+  fflush(nullptr);
+  pid_t p = fork();
+  if (p == 0) _exit(write_file(m, 7, "f", "seven"));
+  int st = 0;
+  bool done = false;
+  for (int i = 0; i < 200 && !done; i++) {
+    done = waitpid(p, &st, WNOHANG) == p;
+    if (!done) usleep(50'000);
+  }
+  if (!done) {  // blocked on the FIFO: a reader lets it go, then the test fails
+    int r = open(trail.c_str(), O_RDONLY | O_NONBLOCK);
+    waitpid(p, &st, 0);
+    if (r >= 0) close(r);
+  }
+  ASSERT_TRUE(done) << "the advance blocked on the FIFO";
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  EXPECT_EQ("seven", slurp(m.bpath("f")));
+  EXPECT_NE(std::string::npos, m.daemon_log().find("epochs trail")) << m.daemon_log();
+  struct stat fst;
+  ASSERT_EQ(0, lstat(trail.c_str(), &fst));
+  EXPECT_TRUE(S_ISFIFO(fst.st_mode));
+}
+
 // --- Rotation ------------------------------------------------------------------------------------
 
 TEST(AuditRotation, KeepsTheConfiguredNumberOfFiles) {
