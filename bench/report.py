@@ -16,9 +16,11 @@ import re
 import statistics
 import sys
 
-CONTENDERS = ["raw", "passthrough_ll", "passthrough_hp", "mergerfs", "bindfs", "fencefs"]
+CONTENDERS = ["raw", "passthrough_ll", "passthrough_ll_dp", "passthrough_hp", "mergerfs", "bindfs",
+              "fencefs"]
 # Column names of the fencefs ÷ contender ratios.
-SHORT = {"raw": "raw", "passthrough_ll": "pt_ll", "passthrough_hp": "pt_hp",
+SHORT = {"raw": "raw", "passthrough_ll": "pt_ll", "passthrough_ll_dp": "pt_ll_dp",
+         "passthrough_hp": "pt_hp",
          "mergerfs": "mergerfs", "bindfs": "bindfs"}
 # Configuration keys that may differ between two runs still compared run to run.
 NOT_CONFIG = {"setup", "fencefs_binary"}
@@ -373,6 +375,9 @@ def main():
         "- passthrough_ll: libfuse's example compiled from `/usr/share/doc/libfuse3-dev/examples/"
         "passthrough_ll.c` (`cc -O2`), run as `passthrough_ll -f -o source=BACKING MNT` (default "
         "options: cache=auto, 1 s entry/attr timeout, multithreaded loop).\n"
+        "- passthrough_ll_dp: the same binary with `-o default_permissions`: the kernel checks mode "
+        "bits and ownership before every operation, as on fencefs (whose permissions must apply); "
+        "that check refreshes a directory's attributes after each change in it (a GETATTR).\n"
         "- passthrough_hp: libfuse's C++ example, built from `passthrough_hp.cc` where the installed "
         "libfuse3-dev ships it, run as `passthrough_hp --nocache BACKING MNT` (write-through).\n"
         "- mergerfs (Debian's package): `mergerfs -f -o minfreespace=16M BACKING MNT` (one branch; "

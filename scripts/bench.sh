@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks fencefs against the raw backing directory and the FUSE overlays users pick instead
-# (libfuse's passthrough_ll and passthrough_hp examples, mergerfs, bindfs), interleaved
+# (libfuse's passthrough_ll, with and without default_permissions, and passthrough_hp examples,
+# mergerfs, bindfs), interleaved
 # (A B C A B C ... for BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per
 # small-file job (kernel tracepoint fuse:fuse_request_send), and writes
 # bench/results/latest.{md,json} (plus a timestamped copy). Not part of the tests. Runs as root
@@ -10,7 +11,7 @@
 # Environment (defaults in brackets; BENCH_QUICK=1 makes every size tiny, for a smoke test):
 #   BENCH_ROUNDS [5]              rounds of every workload, interleaved across contenders
 #   BENCH_QUICK [0]               1 = tiny sizes and short runtimes
-#   BENCH_CONTENDERS ["raw passthrough_ll passthrough_hp mergerfs bindfs fencefs"]
+#   BENCH_CONTENDERS ["raw passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs fencefs"]
 #   BENCH_FIO_SIZE [256M]         fio file size           BENCH_FIO_RUNTIME [5]    seconds per fio job
 #   BENCH_LEGACY_FILES [5000]     files per legacy-job run (split over 1 or 4 threads)
 #   BENCH_META_FILES [10000]      files for create/stat/list/unlink
@@ -38,7 +39,7 @@ ROOT=$PWD
 QUICK=${BENCH_QUICK:-0}
 q() { if [ "$QUICK" = 1 ]; then echo "$2"; else echo "$1"; fi; }
 ROUNDS=${BENCH_ROUNDS:-5}
-CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll passthrough_hp mergerfs bindfs fencefs}
+CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs fencefs}
 FIO_SIZE=${BENCH_FIO_SIZE:-$(q 256M 16M)}
 FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
 LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
@@ -222,6 +223,8 @@ start_overlay() {
   mkdir -p "$m"
   case $c in
     passthrough_ll) "$PT_BIN" -f -o source="$b" "$m" >>"$lg" 2>&1 & ;;
+    # The same daemon with the kernel checking mode bits, as fencefs has it (permissions apply).
+    passthrough_ll_dp) "$PT_BIN" -f -o source="$b" -o default_permissions "$m" >>"$lg" 2>&1 & ;;
     passthrough_hp) "$HP_BIN" --nocache "$b" "$m" >>"$lg" 2>&1 & ;;
     # minfreespace: mergerfs refuses creates on a branch with less free space (default 4G).
     mergerfs) mergerfs -f -o minfreespace=16M "$b" "$m" >>"$lg" 2>&1 & ;;
@@ -305,7 +308,7 @@ declare -A MNT_OF=() PID_OF=() SKIP_REASON=()
 for c in $CONTENDERS; do
   case $c in
     raw) mkdir -p "$T/raw/work"; ACTIVE+=(raw) ;;
-    passthrough_ll | passthrough_hp | mergerfs | bindfs)
+    passthrough_ll | passthrough_ll_dp | passthrough_hp | mergerfs | bindfs)
       if [ "$c" = passthrough_hp ] && [ -z "$HP_BIN" ]; then SKIP_REASON[$c]=$HP_REASON; continue; fi
       mkdir -p "$T/$c/work"
       start_overlay "$c" "$T/$c" "$W/mnt/$c" || die "$c did not mount"
@@ -340,7 +343,7 @@ fi
 if has raw; then
   for k in cpu_legacy_t1 cpu_legacy_t4 req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
 fi
-for c in passthrough_ll passthrough_hp mergerfs bindfs; do
+for c in passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs; do
   if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
 done
 if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
