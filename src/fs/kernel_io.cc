@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/error.h"
+
 namespace fencefs::fs::kernel_io {
 namespace {
 
@@ -110,7 +112,7 @@ bool install(fuse_session* se, bool killpriv, std::string* error) {
   static const fuse_custom_io io = {io_writev, io_read, nullptr, io_splice_send};
   int fd = fuse_session_fd(se);
   if (int err = fuse_session_custom_io(se, &io, fd); err != 0) {
-    *error = std::string("cannot take the FUSE session's I/O: ") + std::strerror(-err);
+    *error = "cannot take the FUSE session's I/O: " + common::errstr(-err);
     return false;
   }
   return true;
