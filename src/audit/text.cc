@@ -100,7 +100,7 @@ std::string display_escape(std::string_view s) {
 std::optional<int64_t> parse_iso_time(std::string_view s) {
   size_t i = 0;
   struct tm tm {};
-  int year, mon, day, hh = 0, mm = 0, ss = 0;
+  int year = 0, mon = 0, day = 0, hh = 0, mm = 0, ss = 0;
   if (!digits(s, &i, 4, &year) || !take(s, &i, '-') || !digits(s, &i, 2, &mon) ||
       !take(s, &i, '-') || !digits(s, &i, 2, &day))
     return std::nullopt;

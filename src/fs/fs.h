@@ -251,7 +251,8 @@ class ChargedTo {
 void drop_resource_override();
 
 // Clears the set-id bits of the regular file open at fd as a write by the request's caller would.
-void kill_setid(fuse_req_t req, int fd);
+// True if the mode changed.
+bool kill_setid(fuse_req_t req, int fd);
 
 // Handlers, one group per file.
 void ctl_lookup(fuse_req_t req, Inode& parent, const char* name);

@@ -19,6 +19,7 @@ namespace {
 std::atomic<bool> offer_killpriv{false};
 std::atomic<uint64_t> init_unique{0};  // the INIT request whose reply gets the flag
 std::atomic<bool> accepted{false};
+std::atomic<fuse_session*> session{nullptr};
 thread_local bool kill_flag = false;
 
 template <typename T>
@@ -108,6 +109,7 @@ ssize_t io_splice_send(int fdin, off_t* offin, int fdout, off_t* offout, size_t 
 
 bool install(fuse_session* se, bool killpriv, std::string* error) {
   offer_killpriv = killpriv;
+  session = se;
   // No splice_receive: requests are read, so their flags are seen (FUSE_CAP_SPLICE_READ stays off).
   static const fuse_custom_io io = {io_writev, io_read, nullptr, io_splice_send};
   int fd = fuse_session_fd(se);
@@ -121,5 +123,11 @@ bool install(fuse_session* se, bool killpriv, std::string* error) {
 bool kill_suidgid() { return kill_flag; }
 
 bool killpriv_v2() { return accepted; }
+
+void attributes_changed(fuse_ino_t ino) {
+  // A negative offset: attributes only, no page is dropped (and no inode lock is taken, so this
+  // cannot wait for the request being served).
+  if (fuse_session* se = session.load()) (void)fuse_lowlevel_notify_inval_inode(se, ino, -1, 0);
+}
 
 }  // namespace fencefs::fs::kernel_io

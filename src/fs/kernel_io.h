@@ -24,4 +24,8 @@ bool kill_suidgid();
 // Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
 bool killpriv_v2();
 
+// Drops the kernel's cached attributes of ino: the daemon changed them without a reply that
+// carries them (set-id bits cleared during a WRITE or an OPEN). Safe inside a handler.
+void attributes_changed(fuse_ino_t ino);
+
 }  // namespace fencefs::fs::kernel_io

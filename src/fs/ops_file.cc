@@ -153,7 +153,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   }
   Handle* h = new_handle(req, fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
-    if (kernel_io::kill_suidgid()) kill_setid(req, fd);
+    if (kernel_io::kill_suidgid() && kill_setid(req, fd)) kernel_io::attributes_changed(ino);
     f.stamp(i, fd, token, *d);
     h->dirty = true;
   }
@@ -255,7 +255,12 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
-  if (!created && (fi->flags & O_TRUNC) && kernel_io::kill_suidgid()) kill_setid(req, fd);
+  struct stat now;  // the entry's attributes go back in the reply: the mode as it is now
+  if (!created && (fi->flags & O_TRUNC) && kernel_io::kill_suidgid() && kill_setid(req, fd) &&
+      fstat(fd, &now) == 0) {
+    e.attr.st_mode = now.st_mode;
+    e.attr.st_ctim = now.st_ctim;
+  }
   if (created) {  // made just now: it carries no stamp yet, nothing to read
     common::MutexLock lk(inode_mutex(i));
     i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
@@ -291,9 +296,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_i
 // file's group, as the kernel does natively for a caller without CAP_FSETID. The kernel says when
 // (kernel_io: FUSE_WRITE_KILL_SUIDGID on direct writes, and with FUSE_HANDLE_KILLPRIV_V2 on every
 // write, truncate and O_TRUNC open); the daemon acts as root, which would keep them.
-void kill_setid(fuse_req_t req, int fd) {
+bool kill_setid(fuse_req_t req, int fd) {
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(st.st_mode & (S_ISUID | S_ISGID)))
+    return false;
   const fuse_ctx* c = fuse_req_ctx(req);
   mode_t mode = st.st_mode & 07777 & ~S_ISUID;
   if (st.st_mode & S_ISGID) {
@@ -305,7 +311,7 @@ void kill_setid(fuse_req_t req, int fd) {
     }
     if ((st.st_mode & S_IXGRP) || !in_group) mode &= ~S_ISGID;
   }
-  if (mode != (st.st_mode & 07777)) fchmod(fd, mode);
+  return mode != (st.st_mode & 07777) && fchmod(fd, mode) == 0;
 }
 
 void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
@@ -318,8 +324,9 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
   if (!err) {
     // Without FUSE_HANDLE_KILLPRIV_V2 the kernel clears them itself (a setattr) before a cached
     // write; the uid stands in for CAP_FSETID where the kernel said nothing.
-    if (kernel_io::kill_suidgid() || (!kernel_io::killpriv_v2() && fuse_req_ctx(req)->uid != 0))
-      kill_setid(req, h.fd);
+    if ((kernel_io::kill_suidgid() || (!kernel_io::killpriv_v2() && fuse_req_ctx(req)->uid != 0)) &&
+        kill_setid(req, h.fd))
+      kernel_io::attributes_changed(ino);
     ssize_t n;
     {
       ChargedTo charged(req);
