@@ -197,10 +197,44 @@ void drain_lines(std::string* pending, const std::function<void(const std::strin
   }
 }
 
+// Emits the complete lines of every rotated file whose inode is not in *done (oldest first) and
+// adds it there. Each file is opened before its inode is taken, so a rename in between cannot
+// make one file count for another.
+void read_rotated(const std::string& state, const std::string& current, std::set<ino_t>* done,
+                  const std::function<void(const std::string&)>& emit) {
+  for (const std::string& f : audit::log_files(state)) {
+    if (f == current) continue;
+    int rfd = open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat rst;
+    if (rfd < 0) continue;
+    if (fstat(rfd, &rst) == 0 && !done->count(rst.st_ino)) {
+      std::string text;
+      char buf[65536];
+      for (ssize_t m; (m = read(rfd, buf, sizeof buf)) > 0;)
+        text.append(buf, static_cast<size_t>(m));
+      drain_lines(&text, emit);  // a rotated file is complete: a cut last line stays unprinted
+      done->insert(rst.st_ino);
+    }
+    close(rfd);
+  }
+}
+
+// Whether a rotated file other than inode `except` has not been read yet.
+bool unread_rotated(const std::string& state, const std::string& current,
+                    const std::set<ino_t>& done, ino_t except) {
+  for (const std::string& f : audit::log_files(state)) {
+    struct stat rst;
+    if (f != current && stat(f.c_str(), &rst) == 0 && rst.st_ino != except &&
+        !done.count(rst.st_ino))
+      return true;
+  }
+  return false;
+}
+
 // --follow: new records of audit.log as they come, across rotation. A rotation renames
 // audit.log to audit.log.1 (and so on) and starts a new one, maybe several times between two
 // looks: the file followed is read to its end, then every rotated file not read yet, oldest
-// first, then the new audit.log.
+// first, then the new audit.log; if it rotated again meanwhile, the round is repeated.
 [[noreturn]] void follow_log(const std::string& state, const ReadPoint& at,
                              const std::function<void(const std::string&)>& emit) {
   const std::string& current = at.current;
@@ -237,16 +271,13 @@ void drain_lines(std::string* pending, const std::function<void(const std::strin
         done.insert(fst.st_ino);
         close(fd);
       }
-      for (const std::string& f : audit::log_files(state)) {
-        struct stat rst;
-        if (f == current || stat(f.c_str(), &rst) != 0 || done.count(rst.st_ino)) continue;
-        std::ifstream in(f, std::ios::binary);
-        std::string line;
-        while (std::getline(in, line))
-          if (!in.eof()) emit(line);
-        done.insert(rst.st_ino);
+      for (;;) {
+        read_rotated(state, current, &done, emit);
+        fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fstat(fd, &fst) != 0 || !unread_rotated(state, current, done, fst.st_ino))
+          break;
+        close(fd);  // rotated again before it was opened: the older file first
       }
-      fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
       current_off = 0;
       pending.clear();
       std::cout << std::flush;
