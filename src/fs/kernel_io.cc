@@ -16,7 +16,6 @@
 namespace fencefs::fs::kernel_io {
 namespace {
 
-std::atomic<bool> offer_killpriv{false};
 std::atomic<uint64_t> init_unique{0};  // the INIT request whose reply gets the flag
 std::atomic<bool> accepted{false};
 std::atomic<fuse_session*> session{nullptr};
@@ -61,7 +60,7 @@ void note_request(const char* buf, size_t n) {
       // The first 16 bytes (major, minor, max_readahead, flags) are in every protocol version.
       if (n < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof in.flags) break;
       std::memcpy(&in, buf + sizeof(fuse_in_header), offsetof(fuse_init_in, flags) + 4);
-      if (offer_killpriv && (in.flags & FUSE_HANDLE_KILLPRIV_V2)) init_unique = h.unique;
+      if (in.flags & FUSE_HANDLE_KILLPRIV_V2) init_unique = h.unique;
       break;
     }
     default:
@@ -107,8 +106,7 @@ ssize_t io_splice_send(int fdin, off_t* offin, int fdout, off_t* offout, size_t 
 
 }  // namespace
 
-bool install(fuse_session* se, bool killpriv, std::string* error) {
-  offer_killpriv = killpriv;
+bool install(fuse_session* se, std::string* error) {
   session = se;
   // No splice_receive: requests are read, so their flags are seen (FUSE_CAP_SPLICE_READ stays off).
   static const fuse_custom_io io = {io_writev, io_read, nullptr, io_splice_send};

@@ -13,9 +13,9 @@
 
 namespace fencefs::fs::kernel_io {
 
-// Installs the pass-through on a mounted session (after fuse_session_mount). killpriv: offer
-// FUSE_HANDLE_KILLPRIV_V2 when the kernel supports it. False with *error if libfuse refused.
-bool install(fuse_session* se, bool killpriv, std::string* error);
+// Installs the pass-through on a mounted session (after fuse_session_mount); INIT is answered
+// with FUSE_HANDLE_KILLPRIV_V2 when the kernel offers it. False with *error if libfuse refused.
+bool install(fuse_session* se, std::string* error);
 
 // Whether the kernel asked the daemon to clear set-user-ID and set-group-ID for the request this
 // thread is serving (libfuse serves a request on the thread that read it).

@@ -297,7 +297,7 @@ fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const std::stri
     die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
   daemon::on_failure([se] { fuse_session_unmount(se); });
   std::string error;
-  if (!fs::kernel_io::install(se, true, &error)) die(error);
+  if (!fs::kernel_io::install(se, &error)) die(error);
   return se;
 }
 
