@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <fstream>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -42,7 +41,22 @@ bool append_all(int fd, const std::string& buf, size_t* done, int* err) {
   return true;
 }
 
+int open_trail(const std::string& path) {
+  return open_regular(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+}
+
 }  // namespace
+
+int open_regular(const std::string& path, int flags, mode_t mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
+  if (fd < 0) return -1;
+  struct stat st;
+  int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
+  if (err == 0) return fd;
+  ::close(fd);
+  errno = err;
+  return -1;
+}
 
 int64_t now_unix_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -137,22 +151,6 @@ void Log::summarize_locked(int64_t now, bool all) {
     else
       ++it;
   }
-}
-
-// Opens a trail to append to. Never through a symlink, and never a FIFO or device put in its
-// place: opening one could block the advance that writes the record, or send it elsewhere.
-static int open_trail(const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
-                  0600);
-  if (fd < 0) return -1;
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int err = S_ISREG(st.st_mode) ? errno : EINVAL;
-    ::close(fd);
-    errno = err;
-    return -1;
-  }
-  return fd;
 }
 
 bool Log::write_epoch_locked(const std::string& line) {
@@ -374,23 +372,25 @@ std::vector<std::string> for_each_record(
   std::vector<std::string> errors;
   auto read_lines = [&](const std::string& file,
                         const std::function<void(const std::string&, uint64_t, bool)>& each) {
-    struct stat st;
-    if (lstat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      errors.push_back(file + ": not a regular file");
-      return;
-    }
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
+    int fd = open_regular(file, O_RDONLY);
+    if (fd < 0) {
       if (errno != ENOENT) errors.push_back(file + ": " + common::errstr(errno));
       return;
     }
-    std::string line;
+    std::string pending;
     uint64_t lineno = 0;
-    while (std::getline(in, line)) {
-      lineno++;
-      bool complete = !in.eof();
-      if (!line.empty()) each(line, lineno, complete);
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) {
+      pending.append(buf, static_cast<size_t>(n));
+      size_t from = 0;
+      for (size_t nl; (nl = pending.find('\n', from)) != std::string::npos; from = nl + 1) {
+        lineno++;
+        if (nl > from) each(pending.substr(from, nl - from), lineno, true);
+      }
+      pending.erase(0, from);
     }
+    ::close(fd);
+    if (!pending.empty()) each(pending, ++lineno, false);  // a cut last line
   };
   // Epoch changes still in the logs are shown from there, in place; the others come first (the
   // logs lost them to rotation, so they are older than anything left there).
@@ -417,11 +417,10 @@ std::vector<std::string> for_each_record(
 
 std::map<std::string, int64_t> last_advances(const std::string& dir, size_t window) {
   std::map<std::string, int64_t> out;
-  // Read at mount, before serving: a FIFO or symlink in its place must not hang or redirect it.
-  int fd = open((dir + "/" + kEpochs).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  int fd = open_regular(dir + "/" + kEpochs, O_RDONLY);  // read at mount, before serving
   if (fd < 0) return out;
   struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) st.st_size = 0;
+  if (fstat(fd, &st) != 0) st.st_size = 0;
   // The file only grows: its tail holds the newest records. Reading a window keeps mounting
   // fast however long the history is; a domain last advanced before it has no time until the next.
   auto size = static_cast<uint64_t>(st.st_size);

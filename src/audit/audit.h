@@ -126,6 +126,12 @@ using common::json_escape;
 // The log files of a state directory, oldest first: audit.log.N ... audit.log.1, audit.log.
 // Only existing files are listed.
 std::vector<std::string> log_files(const std::string& dir);
+
+// Opens a file of the trail as a regular file only: never through a symlink, and never a FIFO or
+// device put in its place, whose open could block (an advance writing its record, a mount or
+// fencectl reading the trail) or send the bytes elsewhere. -1 with errno (EINVAL: not a regular
+// file). O_CLOEXEC, O_NOFOLLOW and O_NONBLOCK are added to flags.
+int open_regular(const std::string& path, int flags, mode_t mode = 0);
 // Every stored record of a state directory, oldest first: the epoch changes that rotation took
 // out of the logs (from epochs.jsonl), then the lines of log_files(). fn gets each line, where it
 // is ("FILE:LINE") and whether it is complete (the last line of a file may be partial).

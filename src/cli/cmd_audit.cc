@@ -16,7 +16,6 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -204,7 +203,7 @@ void read_rotated(const std::string& state, const std::string& current, std::set
                   const std::function<void(const std::string&)>& emit) {
   for (const std::string& f : audit::log_files(state)) {
     if (f == current) continue;
-    int rfd = open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    int rfd = audit::open_regular(f, O_RDONLY);
     struct stat rst;
     if (rfd < 0) continue;
     if (fstat(rfd, &rst) == 0 && !done->count(rst.st_ino)) {
@@ -244,7 +243,7 @@ bool unread_rotated(const std::string& state, const std::string& current,
     struct stat fst;
     if (f != current && stat(f.c_str(), &fst) == 0) done.insert(fst.st_ino);
   }
-  int fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = audit::open_regular(current, O_RDONLY);
   struct stat fst;
   if (fd >= 0 && (fstat(fd, &fst) != 0 || fst.st_ino != at.ino)) current_off = 0;
   std::string pending;
@@ -273,7 +272,7 @@ bool unread_rotated(const std::string& state, const std::string& current,
       }
       for (;;) {
         read_rotated(state, current, &done, emit);
-        fd = open(current.c_str(), O_RDONLY | O_CLOEXEC);
+        fd = audit::open_regular(current, O_RDONLY);
         if (fd < 0 || fstat(fd, &fst) != 0 || !unread_rotated(state, current, done, fst.st_ino))
           break;
         close(fd);  // rotated again before it was opened: the older file first
