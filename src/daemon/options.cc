@@ -39,7 +39,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
     token_key=FILE     accept tokens signed with this HMAC-SHA256 key from anyone; the file
                        must not be readable by group or others
     floor=N            raise every domain to at least epoch N at start (recovery, audited)
-    timeout=SECS       kernel entry/attribute/listing cache (default 5; sound: changes pass here)
+    timeout=SECS       kernel entry/attribute/listing cache (default 5; sound: changes pass here);
+                       with 0 every open also drops the file's cached pages
     audit_max_bytes=N  rotate the audit log past N bytes (default 16777216)
     audit_keep=N       rotated audit logs kept (default 4)
   cluster mode (several daemons, one per host, over one shared BACKING; docs/cluster.md):

@@ -22,6 +22,7 @@
 #include "fs/fd_budget.h"
 #include "fs/node_table.h"
 #include "fs/pagecache.h"
+#include "fs/readcache.h"
 
 namespace fencefs::fs {
 
@@ -162,6 +163,8 @@ class Fs {
 
   // Writable handles that may map their file shared, and the cached pages of refused writes.
   PageCache pagecache;
+  // Whether a read-only open may keep the kernel's cached pages of its file.
+  ReadCache readcache;
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;

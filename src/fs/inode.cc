@@ -295,6 +295,7 @@ void Fs::drop_locked(Inode* i) {
     }
     Inode* p = i->parent;
     nodes_.remove(i->nodeid);
+    readcache.forget(*i);
     table_.erase({i->ino, i->dev});
     n_inodes--;
     if (!p || p == &root_) break;

@@ -86,6 +86,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
   if (valid & FUSE_SET_ATTR_SIZE) {
     res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(path.c_str(), attr->st_size);
     if (res) return (void)fuse_reply_err(req, errno);
+    if (fd < 0) f.readcache.changed(i);
     if (kernel_io::kill_suidgid()) {
       int wfd = fd >= 0 ? fd : open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       if (wfd >= 0) kill_setid(req, wfd);

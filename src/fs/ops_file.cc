@@ -112,10 +112,13 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   // still reaches the daemon at once as a WRITE of its own handle; writeback of mapped pages is
   // judged by PageCache. O_WRONLY handles cannot be mapped and bypass the cache: their writes
   // cost no copy.
-  // keep_cache=0: each open drops what the kernel cached of the file.
   fi->direct_io = (fi->flags & O_ACCMODE) == O_WRONLY;
-  fi->keep_cache = 0;
   Handle& h = *handle_of(fi);
+  // A read-only open keeps what the kernel cached of the file while nothing changed it since
+  // (ReadCache), where the attribute cache is on; every other open drops it.
+  struct stat st;
+  fi->keep_cache =
+      !writable && f.opts().timeout > 0 && fstat(h.fd, &st) == 0 && f.readcache.keep(*h.inode, st);
   // No FLUSH at close where it could report nothing. Only for direct-I/O handles: at the close of
   // a cached one the kernel writes back mapped pages, whose refusal close(2) reports.
   fi->noflush = fi->direct_io && f.flush_is_noop(*h.inode);
@@ -142,14 +145,17 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   // for it, and the kernel already bypasses its cache for such a handle.
   int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND | O_DIRECT);
   if (int err = f.charge_open(req, d)) return (void)fuse_reply_err(req, err);
+  if (writable) f.readcache.writer_opened(i);  // before O_TRUNC can change the data
   int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   if (fd < 0 && errno == EMFILE) {
     f.reclaim_fds();
     fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   }
   if (fd < 0) {
+    int err = errno;
+    if (writable) f.readcache.writer_closed(i);
     f.budget().give(fuse_req_ctx(req)->uid);
-    return (void)fuse_reply_err(req, errno);
+    return (void)fuse_reply_err(req, err);
   }
   Handle* h = new_handle(req, fd, i, d, token, writable);
   if (writable && (fi->flags & O_TRUNC)) {
@@ -161,6 +167,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, writable);
   if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
+    if (writable) f.readcache.writer_closed(i);
     ::close(fd);
     i.open_handles--;
     f.budget().give(h->charged_uid);
@@ -255,6 +262,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
+  f.readcache.writer_opened(i);
   struct stat now;  // the entry's attributes go back in the reply: the mode as it is now
   if (!created && (fi->flags & O_TRUNC) && kernel_io::kill_suidgid() && kill_setid(req, fd) &&
       fstat(fd, &now) == 0) {
@@ -275,6 +283,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, true);
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
+    f.readcache.writer_closed(i);
     ::close(fd);
     i.open_handles--;
     f.budget().give(h->charged_uid);
@@ -361,6 +370,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     if (h->token.load() == d.epoch.load() && &f.domain_of(*h->inode) == &d)
       f.stamp(*h->inode, h->fd, h->token.load(), d);
   }
+  if (h->writable && h->inode->kind == Kind::Real) f.readcache.writer_closed(*h->inode);
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   if (h->charged) f.budget().give(h->charged_uid);

@@ -55,8 +55,9 @@ void PageCache::untrack(Handle& h) {
   if (h.stale.load() || h.token.load() < h.domain->epoch.load())
     request_drop_locked(*h.inode, e.ino);
   std::erase(e.handles, &h);
-  // With no such handle left nothing can be written back, and the next open for writing drops the
-  // cache anyway (keep_cache=0): what was pending is settled.
+  // With no such handle left nothing can be written back, and the next open drops the cache
+  // anyway (no open keeps it once a writable handle was open: ReadCache): what was pending is
+  // settled.
   if (e.handles.empty()) inodes_.erase(it);
 }
 

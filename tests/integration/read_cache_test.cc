@@ -1,0 +1,206 @@
+// Read-only opens keep the kernel's cached pages of a file that nothing changed (ReadCache): a
+// file read again is not read from the daemon again, and no cached page ever hides a change,
+// whichever way it was made, nor shows bytes the fence refused.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "integration/mount_fixture.h"
+
+using namespace fencefs::testing;
+
+namespace {
+
+constexpr size_t kSize = 1 << 20;
+
+// fencefs_fuse_requests_total{op="read"} in the mount's metrics.
+long long reads(const Mount& m) {
+  std::string text = slurp(m.path(".fencefs/metrics"));
+  std::string key = "op=\"read\"} ";
+  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
+    size_t line = text.rfind('\n', at);
+    line = line == std::string::npos ? 0 : line + 1;
+    if (text.compare(line, 28, "fencefs_fuse_requests_total{") == 0)
+      return std::stoll(text.substr(at + key.size()));
+  }
+  return -1;
+}
+
+// READ requests that reading the whole file through a fresh open costs, less what reading the
+// metrics costs (its own READs count too: they are measured by a read of nothing in between).
+long long reads_to_read(const Mount& m, const std::string& rel, std::string* got) {
+  long long r0 = reads(m), r1 = reads(m);
+  *got = slurp(m.path(rel));
+  long long r2 = reads(m);
+  return (r2 - r1) - (r1 - r0);
+}
+
+int advance(const Mount& m, int token) {
+  return sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / " +
+            std::to_string(token) + " >/dev/null");
+}
+
+// Writes `data` at `off` through a handle opened with `flags`, as the owner of token 1.
+int write_through(const Mount& m, const std::string& rel, int flags, const std::string& data,
+                  off_t off) {
+  return as_job(m, 1, [&] {
+    int fd = open(m.path(rel).c_str(), flags);
+    if (fd < 0) return 1;
+    if (pwrite(fd, data.data(), data.size(), off) != static_cast<ssize_t>(data.size())) return 2;
+    return close(fd) == 0 ? 0 : 3;
+  });
+}
+
+}  // namespace
+
+TEST(ReadCache, AnUnchangedFileIsReadFromTheDaemonOnce) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string data(kSize, 'a');
+  for (size_t k = 0; k < kSize; k += 4096) data[k] = static_cast<char>('b' + k / 4096 % 20);
+  spit(m.bpath("f"), data);
+  std::string got;
+  EXPECT_GT(reads_to_read(m, "f", &got), 0);
+  EXPECT_TRUE(got == data);
+  for (int k = 0; k < 3; k++) {
+    EXPECT_EQ(0, reads_to_read(m, "f", &got)) << "a read-only open dropped the cached pages";
+    EXPECT_TRUE(got == data);
+  }
+}
+
+// Every way to change a file's data, then a fresh open: the mount shows what BACKING holds. Each
+// step first reads the file, so that its pages are cached when the change comes.
+TEST(ReadCache, NoCachedPageHidesAChange) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string want(kSize, 'a'), got;
+  spit(m.bpath("f"), want);
+  auto check = [&](const char* step) {
+    got = slurp(m.path("f"));
+    EXPECT_TRUE(got == want) << step << ": the mount shows stale bytes";
+    EXPECT_TRUE(slurp(m.bpath("f")) == want) << step << ": BACKING is not what was written";
+    EXPECT_GT(got.size(), 0u);
+  };
+  check("start");
+
+  // Write-only handles bypass the page cache (direct I/O).
+  want.replace(4096, 3, "WWW");
+  ASSERT_EQ(0, write_through(m, "f", O_WRONLY, "WWW", 4096));
+  check("O_WRONLY write");
+
+  want.replace(8192, 3, "RRR");
+  ASSERT_EQ(0, write_through(m, "f", O_RDWR, "RRR", 8192));
+  check("O_RDWR write");
+
+  // Same size, so only the data differs: truncate by path, then write the tail back.
+  ASSERT_EQ(0, as_job(m, 1, [&] { return truncate(m.path("f").c_str(), 4096) == 0 ? 0 : 1; }));
+  want.resize(4096);
+  check("truncate");
+  want.resize(kSize, 'T');
+  ASSERT_EQ(0, write_through(m, "f", O_WRONLY, std::string(kSize - 4096, 'T'), 4096));
+  check("regrow");
+
+  want.replace(0, 4096, std::string(4096, 'M'));
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              int fd = open(m.path("f").c_str(), O_RDWR);
+              if (fd < 0) return 1;
+              void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+              if (p == MAP_FAILED) return 2;
+              memset(p, 'M', 4096);
+              if (munmap(p, 4096) != 0) return 3;
+              return close(fd) == 0 ? 0 : 4;
+            }));
+  check("shared mapping");
+
+  want.replace(12288, 4096, std::string(4096, '\0'));
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              int fd = open(m.path("f").c_str(), O_WRONLY);
+              if (fd < 0) return 1;
+              if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 12288, 4096) != 0)
+                return 2;
+              return close(fd) == 0 ? 0 : 3;
+            }));
+  check("hole punched");
+
+  spit(m.bpath("src"), std::string(4096, 'C'));
+  want.replace(16384, 4096, std::string(4096, 'C'));
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              int in = open(m.path("src").c_str(), O_RDONLY);
+              int out = open(m.path("f").c_str(), O_WRONLY);
+              if (in < 0 || out < 0) return 1;
+              off_t oi = 0, oo = 16384;
+              if (copy_file_range(in, &oi, out, &oo, 4096, 0) != 4096) return 2;
+              close(in);
+              return close(out) == 0 ? 0 : 3;
+            }));
+  check("copy_file_range");
+
+  // Beside the mount (another writer of BACKING): the same size, only the bytes differ.
+  {
+    int fd = open(m.bpath("f").c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(3, pwrite(fd, "BBB", 3, 20480));
+    close(fd);
+  }
+  want.replace(20480, 3, "BBB");
+  check("written in BACKING");
+}
+
+// A reader holding the file open while a writer changes it: the next open shows the change.
+TEST(ReadCache, AChangeWhileAReaderIsOpenShowsInTheNextOpen) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string want(kSize, 'a');
+  spit(m.bpath("f"), want);
+  ASSERT_TRUE(slurp(m.path("f")) == want);
+  int rfd = open(m.path("f").c_str(), O_RDONLY);
+  ASSERT_GE(rfd, 0);
+  char c;
+  ASSERT_EQ(1, pread(rfd, &c, 1, 0));
+  want.replace(0, 5, "fresh");
+  EXPECT_EQ(0, write_through(m, "f", O_WRONLY, "fresh", 0));
+  EXPECT_TRUE(slurp(m.path("f")) == want) << "the next open showed stale bytes";
+  close(rfd);
+  EXPECT_TRUE(slurp(m.path("f")) == want);
+}
+
+// Bytes a superseded holder wrote through the page cache, and were refused, are never read: not
+// by an open made after the refusal, though the file's pages were cached before it.
+TEST(ReadCache, RefusedBytesAreNeverRead) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string want(kSize, 'a');
+  ASSERT_EQ(0, write_through(m, "f", O_RDWR | O_CREAT, want, 0));
+  ASSERT_TRUE(slurp(m.path("f")) == want);
+  ASSERT_TRUE(slurp(m.path("f")) == want);  // cached, kept
+  EXPECT_EQ(0, as_job(m, 1, [&] {
+              int fd = open(m.path("f").c_str(), O_RDWR);
+              if (fd < 0) return 1;
+              void* map = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+              if (map == MAP_FAILED) return 2;
+              if (advance(m, 2) != 0) return 3;
+              memset(map, 'X', 8192);  // refused at writeback
+              if (msync(map, kSize, MS_SYNC) != -1 || errno != EIO) return 4;
+              if (pwrite(fd, "YYYY", 4, 65536) != -1 || errno != ESTALE) return 5;
+              munmap(map, kSize);
+              close(fd);
+              return 0;
+            }));
+  EXPECT_TRUE(slurp(m.bpath("f")) == want) << "refused bytes reached BACKING";
+  for (int k = 0; k < 2; k++)
+    EXPECT_TRUE(slurp(m.path("f")) == want) << "a read showed refused bytes (" << k << ")";
+}
+
+// With the attribute cache off (timeout=0, cluster mode's default) every open drops the pages.
+TEST(ReadCache, OffWithTheAttributeCache) {
+  Mount m({"-o", "timeout=0"});
+  ASSERT_TRUE(m.mounted());
+  spit(m.bpath("f"), std::string(kSize, 'a'));
+  std::string got;
+  EXPECT_GT(reads_to_read(m, "f", &got), 0);
+  EXPECT_GT(reads_to_read(m, "f", &got), 0);
+  EXPECT_EQ(kSize, got.size());
+}
