@@ -333,7 +333,7 @@ as() {
   fi
 }
 
-OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k legacy_t1 legacy_t4
+OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k reread_1m legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
   for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
@@ -373,6 +373,32 @@ print("%.1f" % (j[side]["bw_bytes"] / 1e6 if sys.argv[3] == "mbps" else j[side][
   else
     note "$key" "$c" "round $r: fio failed: $(tail -2 "$W/fio.err")"
   fi
+}
+
+# Reads of a file nothing changes (a config, a header, a script), each a fresh open, read of the
+# whole file and close, for FIO_RUNTIME seconds: MB/s.
+run_reread() {  # run_reread CONTENDER ROUND
+  local c=$1 r=$2 d v
+  d=$(workdir "$c")
+  if as "$c" dd if=/dev/urandom of="$d/reread.dat" bs=1M count=1 status=none 2>"$W/reread.err" &&
+    v=$(as "$c" python3 -c 'import os, sys, time
+path, secs = sys.argv[1], float(sys.argv[2])
+n, t0 = 0, time.monotonic()
+while True:
+    fd = os.open(path, os.O_RDONLY)
+    while True:
+        b = os.read(fd, 1 << 20)
+        if not b: break
+        n += len(b)
+    os.close(fd)
+    t = time.monotonic() - t0
+    if t >= secs: break
+print("%.1f" % (n / t / 1e6))' "$d/reread.dat" "$FIO_RUNTIME" 2>>"$W/reread.err"); then
+    record reread_1m "$c" "$r" "$v"
+  else
+    note reread_1m "$c" "round $r: $(tail -1 "$W/reread.err")"
+  fi
+  as "$c" rm -f "$d/reread.dat" || true
 }
 
 run_legacy() {  # run_legacy CONTENDER ROUND THREADS
@@ -415,6 +441,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for c in "${ACTIVE[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
   for c in "${ACTIVE[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
   for c in "${ACTIVE[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
+  for c in "${ACTIVE[@]}"; do run_reread "$c" "$r"; done
   for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 1; done
   for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 4; done
   for c in "${ACTIVE[@]}"; do run_meta "$c" "$r"; done
