@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <shared_mutex>
 
@@ -117,8 +118,12 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   // A read-only open keeps what the kernel cached of the file while nothing changed it since
   // (ReadCache), where the attribute cache is on; every other open drops it.
   struct stat st;
-  fi->keep_cache =
-      !writable && f.opts().timeout > 0 && fstat(h.fd, &st) == 0 && f.readcache.keep(*h.inode, st);
+  uint64_t drop = 0;
+  auto max_age = std::chrono::duration_cast<ReadCache::Clock::duration>(
+      std::chrono::duration<double>(f.opts().timeout));
+  fi->keep_cache = !writable && f.opts().timeout > 0 && fstat(h.fd, &st) == 0 &&
+                   f.readcache.keep(*h.inode, st, max_age, &drop);
+  h.drop.store(drop, std::memory_order_relaxed);
   // No FLUSH at close where it could report nothing. Only for direct-I/O handles: at the close of
   // a cached one the kernel writes back mapped pages, whose refusal close(2) reports.
   fi->noflush = fi->direct_io && f.flush_is_noop(*h.inode);
@@ -262,6 +267,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
   if (fd < 0) return (void)fuse_reply_err(req, err);
   Inode& i = *f.inode(e.ino);
+  // Only now, after an O_TRUNC of an existing file: an open racing it still sees the size change
+  // (a file that was empty has no pages to hide).
   f.readcache.writer_opened(i);
   struct stat now;  // the entry's attributes go back in the reply: the mode as it is now
   if (!created && (fi->flags & O_TRUNC) && kernel_io::kill_suidgid() && kill_setid(req, fd) &&
@@ -291,9 +298,16 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   }
 }
 
+// The open that dropped the kernel's pages has completed: pages cached from here on show the file.
+static void confirm_drop(Fs& f, Handle& h) {
+  if (h.drop.load(std::memory_order_relaxed) == 0) return;
+  if (uint64_t d = h.drop.exchange(0)) f.readcache.dropped(*h.inode, d);
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
   if (h.inode->kind != Kind::Real) return ctl_read(req, h, size, off);
+  confirm_drop(fs(req), h);
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);
   buf.buf[0].fd = h.fd;
@@ -371,6 +385,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       f.stamp(*h->inode, h->fd, h->token.load(), d);
   }
   if (h->writable && h->inode->kind == Kind::Real) f.readcache.writer_closed(*h->inode);
+  if (h->inode->kind == Kind::Real) confirm_drop(f, *h);
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   if (h->charged) f.budget().give(h->charged_uid);

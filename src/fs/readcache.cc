@@ -19,6 +19,7 @@ void ReadCache::writer_opened(const Inode& i) {
   Entry& e = s.entries[&i];
   e.writers++;
   e.valid = false;
+  e.drop = 0;
 }
 
 void ReadCache::writer_closed(const Inode& i) {
@@ -36,21 +37,35 @@ void ReadCache::changed(const Inode& i) {
   auto it = s.entries.find(&i);
   if (it == s.entries.end()) return;
   it->second.valid = false;
+  it->second.drop = 0;
   if (it->second.writers == 0) s.entries.erase(it);
 }
 
-bool ReadCache::keep(const Inode& i, const struct stat& st) {
+bool ReadCache::keep(const Inode& i, const struct stat& st, Clock::duration max_age,
+                     uint64_t* drop) {
   Seen now{st.st_size, st.st_mtim, st.st_ctim};
+  Clock::time_point t = Clock::now();
+  *drop = 0;
   Stripe& s = stripe(i);
   common::MutexLock lk(s.mu);
   Entry& e = s.entries[&i];
   if (e.writers > 0) return false;  // may change under the reader: drop, remember nothing
-  bool keep = e.valid && e.seen == now;
-  // Not kept: the kernel drops the pages after this reply, so what it caches from here on is the
-  // file as of `now` or later.
+  if (e.valid && e.seen == now && t - e.seen_at < max_age) return true;
+  // Not kept: the kernel drops the pages after this reply, so what it caches once this open has
+  // completed is the file as of `now` or later.
+  e.valid = false;
   e.seen = now;
-  e.valid = true;
-  return keep;
+  e.seen_at = t;
+  e.drop = *drop = ++s.next_drop;
+  return false;
+}
+
+void ReadCache::dropped(const Inode& i, uint64_t drop) {
+  Stripe& s = stripe(i);
+  common::MutexLock lk(s.mu);
+  auto it = s.entries.find(&i);
+  if (it != s.entries.end() && it->second.drop == drop && it->second.writers == 0)
+    it->second.valid = true;
 }
 
 void ReadCache::forget(const Inode& i) {

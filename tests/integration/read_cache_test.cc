@@ -3,6 +3,7 @@
 // whichever way it was made, nor shows bytes the fence refused.
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -147,6 +148,56 @@ TEST(ReadCache, NoCachedPageHidesAChange) {
   }
   want.replace(20480, 3, "BBB");
   check("written in BACKING");
+}
+
+// The kernel drops the pages inside the open(2) that was told to, after the daemon's reply: an
+// open racing it must not keep them (they may still hold what is being dropped), so pages are kept
+// only once that open has completed, which its handle's first READ or its RELEASE shows.
+TEST(ReadCache, PagesAreKeptOnlyOnceTheDroppingOpenCompleted) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  std::string want(kSize, 'a'), got;
+  spit(m.bpath("f"), want);
+  ASSERT_TRUE(slurp(m.path("f")) == want);
+  int r0 = open(m.path("f").c_str(), O_RDONLY);
+  ASSERT_GE(r0, 0);
+  want.replace(0, 5, "fresh");  // beside the mount (the same size: no stale attribute in the way)
+  spit(m.bpath("f"), want);
+  int r1 = open(m.path("f").c_str(), O_RDONLY);  // drops; neither read nor closed yet
+  ASSERT_GE(r1, 0);
+  // Pages cached again through the other handle: an open that took r1's drop as done keeps them.
+  std::string buf(kSize, '\0');
+  ASSERT_EQ(static_cast<ssize_t>(kSize), pread(r0, buf.data(), kSize, 0));
+  EXPECT_TRUE(buf == want);
+  EXPECT_GT(reads_to_read(m, "f", &got), 0) << "kept pages before the dropping open completed";
+  EXPECT_TRUE(got == want);
+  EXPECT_EQ(0, reads_to_read(m, "f", &got)) << "the completed open's drop was not taken as done";
+  EXPECT_TRUE(got == want);
+  close(r1);
+  close(r0);
+}
+
+// A store through a shared mapping of the BACKING file into a page already dirty moves no
+// timestamp: nothing tells such a change from none, so it shows once the timeout has passed.
+TEST(ReadCache, AChangeThatMovesNoTimestampShowsAfterTheTimeout) {
+  Mount m({"-o", "timeout=1"});
+  ASSERT_TRUE(m.mounted());
+  spit(m.bpath("f"), std::string(8192, 'A'));
+  int fd = open(m.bpath("f").c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  auto* p = static_cast<char*>(mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  ASSERT_NE(MAP_FAILED, p);
+  p[0] = 'B';
+  EXPECT_EQ('B', slurp(m.path("f")).at(0));
+  struct stat before, after;
+  ASSERT_EQ(0, fstat(fd, &before));
+  p[0] = 'C';
+  ASSERT_EQ(0, fstat(fd, &after));
+  EXPECT_EQ(before.st_ctim.tv_nsec, after.st_ctim.tv_nsec) << "the store moved ctime after all";
+  usleep(1'200'000);
+  EXPECT_EQ('C', slurp(m.path("f")).at(0)) << "a change in BACKING stayed hidden past the timeout";
+  munmap(p, 8192);
+  close(fd);
 }
 
 // A reader holding the file open while a writer changes it: the next open shows the change.
