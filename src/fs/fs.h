@@ -89,8 +89,8 @@ struct Handle {
   uid_t charged_uid = 0;           // whose FdBudget share holds this handle
   bool charged = false;
   PageCache* tracker = nullptr;  // set while it may write through a shared mapping
-  // The ReadCache drop of this read-only open, confirmed by the handle's first READ or RELEASE
-  // (both come after the open(2) that dropped the pages has returned).
+  // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
+  // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};
   // Virtual files: the content served, and the reply to the last ctl command.
   std::mutex content_mu;

@@ -385,7 +385,6 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       f.stamp(*h->inode, h->fd, h->token.load(), d);
   }
   if (h->writable && h->inode->kind == Kind::Real) f.readcache.writer_closed(*h->inode);
-  if (h->inode->kind == Kind::Real) confirm_drop(f, *h);
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   if (h->charged) f.budget().give(h->charged_uid);

@@ -2,9 +2,10 @@
 //
 // Without it every open drops the file's cached pages. Pages cached since an open that dropped
 // them still show the file when all of these hold:
-// - that open has completed (its handle was read or released): the kernel drops the pages
+// - that open has completed, which its handle's first READ shows: the kernel drops the pages
 //   inside the open(2), after the daemon's reply, and an open racing it would keep pages it had
-//   not yet dropped;
+//   not yet dropped (a RELEASE does not show it: an open that fails after the reply is released
+//   without the drop);
 // - no handle that could change the data was open since: write(2), mapped writeback, ftruncate,
 //   fallocate and copy_file_range all go through one, and so do the bytes the daemon refused
 //   (PageCache drops those, but only a later open is sure to see them gone);
@@ -64,7 +65,7 @@ class ReadCache {
     uint64_t next_drop GUARDED_BY(mu) = 0;  // never reused: an erased entry's drop stays unknown
   };
   Stripe& stripe(const Inode& i);
-  std::array<Stripe, 16> stripes_;
+  std::array<Stripe, 16> stripes_;  // stripe() takes the top 4 bits of a hash
 };
 
 }  // namespace fencefs::fs

@@ -96,7 +96,7 @@ TEST(ReadCache, NoCachedPageHidesAChange) {
   ASSERT_EQ(0, write_through(m, "f", O_RDWR, "RRR", 8192));
   check("O_RDWR write");
 
-  // Same size, so only the data differs: truncate by path, then write the tail back.
+  // Truncate by path, then write the tail back: the same size as before, other bytes.
   ASSERT_EQ(0, as_job(m, 1, [&] { return truncate(m.path("f").c_str(), 4096) == 0 ? 0 : 1; }));
   want.resize(4096);
   check("truncate");
