@@ -22,6 +22,8 @@ CONTENDERS = ["raw", "passthrough_ll", "passthrough_ll_dp", "passthrough_hp", "m
 SHORT = {"raw": "raw", "passthrough_ll": "pt_ll", "passthrough_ll_dp": "pt_ll_dp",
          "passthrough_hp": "pt_hp",
          "mergerfs": "mergerfs", "bindfs": "bindfs"}
+# Rows computed from two others: key -> (numerator, denominator), medians.
+DERIVED = {"adv_ratio": ("adv_d16", "adv_d1"), "cpu_per_req_t1": ("cpu_legacy_t1", "req_legacy_t1")}
 # Configuration keys that may differ between two runs still compared run to run.
 NOT_CONFIG = {"setup", "fencefs_binary"}
 
@@ -42,6 +44,10 @@ ROWS = [
     ("cpu_legacy_t4", "daemon", "daemon CPU per legacy job, 4 threads", "µs/file", "lower", "cpu"),
     ("req_legacy_t1", "daemon", "FUSE requests per legacy job, 1 thread (kernel tracepoint)", "req/job",
      "lower", "req"),
+    ("cpu_per_req_t1", "daemon", "daemon CPU per FUSE request, legacy job, 1 thread", "µs/req", "lower",
+     None),
+    ("groups_read", "daemon", "reading a caller's groups from /proc, as fuse_req_getgroups does", "µs",
+     "lower", None),
     ("req_legacy_t1_self", "daemon", "FUSE requests per legacy job, 1 thread (fencefs' own counters)",
      "req/job", "lower", None),
     ("req_rdwr_write", "daemon", "FUSE requests per 4 KiB write, O_RDWR file (kernel tracepoint)", "req/write",
@@ -164,18 +170,19 @@ def main():
         label = label.format_map(collections.defaultdict(lambda: "?", config))
         row = {"key": key, "section": section, "label": label, "unit": unit, "better": better,
                "target": TARGET_TEXT.get(tkind), "values": {}}
-        if section == "journal" or key == "req_legacy_t1_self":
+        if section == "journal" or key in ("req_legacy_t1_self", "groups_read"):
             contenders_here = [c for c in selected if c == "fencefs"]
         else:
             contenders_here = selected
         for c in contenders_here:
-            if key == "adv_ratio":
-                a, b = median("adv_d16", c), median("adv_d1", c)
+            if key in DERIVED:
+                ka, kb = DERIVED[key]
+                a, b = median(ka, c), median(kb, c)
                 val = a / b if a is not None and b else None
-                cell = {"median": val, "samples": [], "derived_from": "median(adv_d16) / median(adv_d1)"}
+                cell = {"median": val, "samples": [], "derived_from": f"median({ka}) / median({kb})"}
                 if val is None:
-                    inherited = notes.get(("adv_d16", c), []) + notes.get(("adv_d1", c), [])
-                    cell["note"] = "; ".join(dict.fromkeys(inherited)) or "needs both adv_d1 and adv_d16"
+                    inherited = notes.get((ka, c), []) + notes.get((kb, c), [])
+                    cell["note"] = "; ".join(dict.fromkeys(inherited)) or f"needs both {ka} and {kb}"
             else:
                 s = samples.get((key, c), [])
                 cell = {"median": statistics.median(s) if s else None, "samples": s}
@@ -398,6 +405,12 @@ def main():
         "their own subdirectory.\n"
         "- daemon CPU: utime+stime of the daemon from /proc/PID/stat (all threads, "
         f"1/{config.get('clk_tck', '?')} s ticks) before and after each legacy-job run, ÷ files.\n"
+        "- daemon CPU per FUSE request: the median daemon CPU per 1-thread job ÷ the requests per "
+        "job (below).\n"
+        "- caller's groups (`bench/groups_cost.c`): open, read, parse and close a live process's "
+        "/proc/PID/task/PID/status 20,000 times per round, as libfuse 3.14's fuse_req_getgroups "
+        "does: the price per request of a daemon checking permissions itself, since a request "
+        "carries the caller's uid, gid and pid but not its groups.\n"
         "- FUSE requests per legacy job: one untimed pass per daemon after the timed rounds, on the "
         "same mounts, with the tracepoint fuse:fuse_request_send enabled in a tracefs instance and "
         "filtered to the mount's connection (its device number); the table above splits it by "

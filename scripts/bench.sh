@@ -112,7 +112,7 @@ cc -O2 -o "$B/passthrough_ll" "$B/src/passthrough_ll.c" $(pkg-config --cflags --
   2>"$B/passthrough_ll.build.log" || die "passthrough_ll did not build: $(tail -5 "$B/passthrough_ll.build.log")"
 cmake --build "$ROOT/build" --target bench >"$B/bench.build.log" 2>&1 ||
   log "warning: the bench target did not build: $(grep -m1 -E 'error' "$B/bench.build.log" | cut -c1-160)"
-for prog in legacy_job meta advance; do
+for prog in legacy_job meta advance groups_cost; do
   [ -x "$B/$prog" ] || die "$B/$prog missing (configure build/ with -DFENCEFS_BUILD_BENCH=ON)"
 done
 PT_BIN=$B/passthrough_ll
@@ -559,6 +559,17 @@ else
   done
   rmdir "$TI" 2>/dev/null || log "left tracefs instance $TI"
   TI=""
+fi
+# What a daemon that checked permissions itself would pay per request for the caller's groups
+# (the request carries only uid, gid and pid): beside the daemon CPU per request above.
+if has fencefs; then
+  for ((r = 1; r <= ROUNDS; r++)); do
+    if "$B/groups_cost" 20000 >"$W/groups.out" 2>"$W/groups.err"; then
+      record groups_read fencefs "$r" "$(kv us_per_read "$W/groups.out")"
+    else
+      note groups_read fencefs "round $r: $(tail -1 "$W/groups.err")"
+    fi
+  done
 fi
 
 # ---------------------------------------------------------------------------------------------
