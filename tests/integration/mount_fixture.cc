@@ -285,6 +285,18 @@ void spit(const std::string& path, const std::string& data) {
   out << data;
 }
 
+long long fuse_requests(const std::string& metrics, const std::string& op) {
+  // Labels: mount first, then op (every series names its mount).
+  std::string key = "op=\"" + op + "\"} ";
+  for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
+    size_t line = metrics.rfind('\n', at);
+    line = line == std::string::npos ? 0 : line + 1;
+    if (metrics.compare(line, 28, "fencefs_fuse_requests_total{") == 0)
+      return std::stoll(metrics.substr(at + key.size()));
+  }
+  return -1;
+}
+
 std::string xattr(const std::string& path, const char* name) {
   char buf[256];
   ssize_t n = getxattr(path.c_str(), name, buf, sizeof buf);

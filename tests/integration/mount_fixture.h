@@ -80,6 +80,8 @@ int in_child(const std::function<int()>& fn);
 
 std::string slurp(const std::string& path);
 void spit(const std::string& path, const std::string& data);
+// fencefs_fuse_requests_total{op="OP"} in a metrics text (.fencefs/metrics), or -1 if absent.
+long long fuse_requests(const std::string& metrics, const std::string& op);
 // A (following) getxattr as text, or "ERR:<strerror>".
 std::string xattr(const std::string& path, const char* name);
 // Runs fn in a child bound to `token` for the root domain (0: unbound); returns fn's result.

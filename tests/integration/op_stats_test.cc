@@ -15,17 +15,8 @@ using namespace fencefs::testing;
 
 namespace {
 
-// The value of fencefs_fuse_requests_total{op="OP"} in a metrics text, or -1 if absent.
 long long requests(const std::string& metrics, const std::string& op) {
-  // Labels: mount first, then op (every series names its mount).
-  std::string key = "op=\"" + op + "\"} ";
-  for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
-    size_t line = metrics.rfind('\n', at);
-    line = line == std::string::npos ? 0 : line + 1;
-    if (metrics.compare(line, 28, "fencefs_fuse_requests_total{") == 0)
-      return std::stoll(metrics.substr(at + key.size()));
-  }
-  return -1;
+  return fuse_requests(metrics, op);
 }
 
 // The names in a directory, sorted, "." and ".." left out.

@@ -17,18 +17,7 @@ namespace {
 
 constexpr size_t kSize = 1 << 20;
 
-// fencefs_fuse_requests_total{op="read"} in the mount's metrics.
-long long reads(const Mount& m) {
-  std::string text = slurp(m.path(".fencefs/metrics"));
-  std::string key = "op=\"read\"} ";
-  for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + 1)) {
-    size_t line = text.rfind('\n', at);
-    line = line == std::string::npos ? 0 : line + 1;
-    if (text.compare(line, 28, "fencefs_fuse_requests_total{") == 0)
-      return std::stoll(text.substr(at + key.size()));
-  }
-  return -1;
-}
+long long reads(const Mount& m) { return fuse_requests(slurp(m.path(".fencefs/metrics")), "read"); }
 
 // READ requests that reading the whole file through a fresh open costs, less what reading the
 // metrics costs (its own READs count too: they are measured by a read of nothing in between).
