@@ -124,6 +124,7 @@ static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
   fi->keep_cache = !writable && f.opts().timeout > 0 && fstat(h.fd, &st) == 0 &&
                    f.readcache.keep(*h.inode, st, max_age, &drop);
   h.drop.store(drop, std::memory_order_relaxed);
+  if (!writable) f.readcache.count(fi->keep_cache);
   // No FLUSH at close where it could report nothing. Only for direct-I/O handles: at the close of
   // a cached one the kernel writes back mapped pages, whose refusal close(2) reports.
   fi->noflush = fi->direct_io && f.flush_is_noop(*h.inode);

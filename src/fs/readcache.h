@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <unordered_map>
@@ -46,6 +47,11 @@ class ReadCache {
   // The kernel forgot the inode, and with it the pages.
   void forget(const Inode& i);
 
+  // Read-only opens, by whether they kept the pages (the metrics report both).
+  void count(bool kept) { (kept ? kept_ : dropped_).fetch_add(1, std::memory_order_relaxed); }
+  uint64_t kept() const { return kept_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+
  private:
   struct Seen {
     off_t size = 0;
@@ -65,7 +71,8 @@ class ReadCache {
     uint64_t next_drop GUARDED_BY(mu) = 0;  // never reused: an erased entry's drop stays unknown
   };
   Stripe& stripe(const Inode& i);
-  std::array<Stripe, 16> stripes_;  // stripe() takes the top 4 bits of a hash
+  std::array<Stripe, 16> stripes_;
+  std::atomic<uint64_t> kept_{0}, dropped_{0};  // stripe() takes the top 4 bits of a hash
 };
 
 }  // namespace fencefs::fs

@@ -149,6 +149,12 @@ std::string render_metrics(Fs& f) {
   out += fmt::format("fencefs_journal_fsync_seconds_bucket{{le=\"+Inf\"}} {}\n", js.syncs);
   out += fmt::format("fencefs_journal_fsync_seconds_sum {}\n", js.sync_seconds_sum);
   out += fmt::format("fencefs_journal_fsync_seconds_count {}\n", js.syncs);
+  out += fmt::format(
+      "# HELP fencefs_read_opens_total Read-only opens of files, by whether they kept the "
+      "kernel's cached pages.\n# TYPE fencefs_read_opens_total counter\n"
+      "fencefs_read_opens_total{{cache=\"kept\"}} {}\n"
+      "fencefs_read_opens_total{{cache=\"dropped\"}} {}\n",
+      f.readcache.kept(), f.readcache.dropped());
   out +=
       "# HELP fencefs_journal_poisoned 1 when a failed fsync stopped all advances.\n"
       "# TYPE fencefs_journal_poisoned gauge\n";

@@ -285,16 +285,25 @@ void spit(const std::string& path, const std::string& data) {
   out << data;
 }
 
-long long fuse_requests(const std::string& metrics, const std::string& op) {
-  // Labels: mount first, then op (every series names its mount).
-  std::string key = "op=\"" + op + "\"} ";
-  for (size_t at = metrics.find(key); at != std::string::npos; at = metrics.find(key, at + 1)) {
-    size_t line = metrics.rfind('\n', at);
-    line = line == std::string::npos ? 0 : line + 1;
-    if (metrics.compare(line, 28, "fencefs_fuse_requests_total{") == 0)
-      return std::stoll(metrics.substr(at + key.size()));
+long long metric(const std::string& metrics, const std::string& name, const std::string& label) {
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, name.size() + 1, name + "{") != 0) continue;
+    size_t close = line.find("} ");
+    if (close == std::string::npos) continue;
+    std::string labels = line.substr(name.size(), close - name.size() + 1);
+    if (labels.find("{" + label + ",") == std::string::npos &&
+        labels.find("," + label + ",") == std::string::npos &&
+        labels.find("," + label + "}") == std::string::npos &&
+        labels.find("{" + label + "}") == std::string::npos)
+      continue;
+    return std::stoll(line.substr(close + 2));
   }
   return -1;
+}
+
+long long fuse_requests(const std::string& metrics, const std::string& op) {
+  return metric(metrics, "fencefs_fuse_requests_total", "op=\"" + op + "\"");
 }
 
 std::string xattr(const std::string& path, const char* name) {

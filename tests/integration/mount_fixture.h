@@ -80,7 +80,10 @@ int in_child(const std::function<int()>& fn);
 
 std::string slurp(const std::string& path);
 void spit(const std::string& path, const std::string& data);
-// fencefs_fuse_requests_total{op="OP"} in a metrics text (.fencefs/metrics), or -1 if absent.
+// The value of the series NAME{…LABEL…} in a metrics text (.fencefs/metrics), LABEL being one
+// `key="value"` pair among its labels; -1 if absent.
+long long metric(const std::string& metrics, const std::string& name, const std::string& label);
+// fencefs_fuse_requests_total{op="OP"}.
 long long fuse_requests(const std::string& metrics, const std::string& op);
 // A (following) getxattr as text, or "ERR:<strerror>".
 std::string xattr(const std::string& path, const char* name);

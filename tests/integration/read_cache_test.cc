@@ -19,6 +19,12 @@ constexpr size_t kSize = 1 << 20;
 
 long long reads(const Mount& m) { return fuse_requests(slurp(m.path(".fencefs/metrics")), "read"); }
 
+// fencefs_read_opens_total{cache="CACHE"}: read-only opens that kept or dropped the pages.
+long long opens(const Mount& m, const char* cache) {
+  return metric(slurp(m.path(".fencefs/metrics")), "fencefs_read_opens_total",
+                std::string("cache=\"") + cache + "\"");
+}
+
 // READ requests that reading the whole file through a fresh open costs, less what reading the
 // metrics costs (its own READs count too: they are measured by a read of nothing in between).
 long long reads_to_read(const Mount& m, const std::string& rel, std::string* got) {
@@ -55,10 +61,14 @@ TEST(ReadCache, AnUnchangedFileIsReadFromTheDaemonOnce) {
   std::string got;
   EXPECT_GT(reads_to_read(m, "f", &got), 0);
   EXPECT_TRUE(got == data);
+  long long kept = opens(m, "kept"), dropped = opens(m, "dropped");
+  ASSERT_GE(kept, 0);
   for (int k = 0; k < 3; k++) {
     EXPECT_EQ(0, reads_to_read(m, "f", &got)) << "a read-only open dropped the cached pages";
     EXPECT_TRUE(got == data);
   }
+  EXPECT_EQ(kept + 3, opens(m, "kept")) << "the metrics do not count the kept opens";
+  EXPECT_EQ(dropped, opens(m, "dropped"));
 }
 
 // Every way to change a file's data, then a fresh open: the mount shows what BACKING holds. Each
@@ -240,7 +250,10 @@ TEST(ReadCache, OffWithTheAttributeCache) {
   ASSERT_TRUE(m.mounted());
   spit(m.bpath("f"), std::string(kSize, 'a'));
   std::string got;
+  long long dropped = opens(m, "dropped");
   EXPECT_GT(reads_to_read(m, "f", &got), 0);
   EXPECT_GT(reads_to_read(m, "f", &got), 0);
   EXPECT_EQ(kSize, got.size());
+  EXPECT_EQ(0, opens(m, "kept"));
+  EXPECT_EQ(dropped + 2, opens(m, "dropped"));
 }
