@@ -47,10 +47,11 @@ int open_trail(const std::string& path) {
 
 }  // namespace
 
-int open_regular(const std::string& path, int flags, mode_t mode) {
+int open_regular(const std::string& path, int flags, mode_t mode, struct stat* out) {
   int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
   if (fd < 0) return -1;
-  struct stat st;
+  struct stat own;
+  struct stat& st = out ? *out : own;
   int err = fstat(fd, &st) != 0 ? errno : S_ISREG(st.st_mode) ? 0 : EINVAL;
   if (err == 0) return fd;
   ::close(fd);
@@ -374,7 +375,10 @@ std::vector<std::string> for_each_record(
                         const std::function<void(const std::string&, uint64_t, bool)>& each) {
     int fd = open_regular(file, O_RDONLY);
     if (fd < 0) {
-      if (errno != ENOENT) errors.push_back(file + ": " + common::errstr(errno));
+      if (errno == EINVAL || errno == ELOOP)
+        errors.push_back(file + ": not a regular file");
+      else if (errno != ENOENT)
+        errors.push_back(file + ": " + common::errstr(errno));
       return;
     }
     std::string pending;
@@ -417,10 +421,9 @@ std::vector<std::string> for_each_record(
 
 std::map<std::string, int64_t> last_advances(const std::string& dir, size_t window) {
   std::map<std::string, int64_t> out;
-  int fd = open_regular(dir + "/" + kEpochs, O_RDONLY);  // read at mount, before serving
-  if (fd < 0) return out;
   struct stat st;
-  if (fstat(fd, &st) != 0) st.st_size = 0;
+  int fd = open_regular(dir + "/" + kEpochs, O_RDONLY, 0, &st);  // read at mount, before serving
+  if (fd < 0) return out;
   // The file only grows: its tail holds the newest records. Reading a window keeps mounting
   // fast however long the history is; a domain last advanced before it has no time until the next.
   auto size = static_cast<uint64_t>(st.st_size);

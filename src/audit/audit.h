@@ -3,6 +3,7 @@
 // per caller (uid) with a summary of what was left out, so nobody can push the record of an
 // advance out of the trail. Format, fields, rotation and failures: docs/audit.md.
 #pragma once
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -130,8 +131,8 @@ std::vector<std::string> log_files(const std::string& dir);
 // Opens a file of the trail as a regular file only: never through a symlink, and never a FIFO or
 // device put in its place, whose open could block (an advance writing its record, a mount or
 // fencectl reading the trail) or send the bytes elsewhere. -1 with errno (EINVAL: not a regular
-// file). O_CLOEXEC, O_NOFOLLOW and O_NONBLOCK are added to flags.
-int open_regular(const std::string& path, int flags, mode_t mode = 0);
+// file). O_CLOEXEC, O_NOFOLLOW and O_NONBLOCK are added to flags; *st (if given) gets its fstat.
+int open_regular(const std::string& path, int flags, mode_t mode = 0, struct stat* st = nullptr);
 // Every stored record of a state directory, oldest first: the epoch changes that rotation took
 // out of the logs (from epochs.jsonl), then the lines of log_files(). fn gets each line, where it
 // is ("FILE:LINE") and whether it is complete (the last line of a file may be partial).

@@ -203,28 +203,30 @@ void read_rotated(const std::string& state, const std::string& current, std::set
                   const std::function<void(const std::string&)>& emit) {
   for (const std::string& f : audit::log_files(state)) {
     if (f == current) continue;
-    int rfd = audit::open_regular(f, O_RDONLY);
     struct stat rst;
+    int rfd = audit::open_regular(f, O_RDONLY, 0, &rst);
     if (rfd < 0) continue;
-    if (fstat(rfd, &rst) == 0 && !done->count(rst.st_ino)) {
+    if (!done->count(rst.st_ino)) {
       std::string text;
       char buf[65536];
-      for (ssize_t m; (m = read(rfd, buf, sizeof buf)) > 0;)
+      for (ssize_t m; (m = read(rfd, buf, sizeof buf)) > 0;) {
         text.append(buf, static_cast<size_t>(m));
-      drain_lines(&text, emit);  // a rotated file is complete: a cut last line stays unprinted
+        drain_lines(&text, emit);  // a rotated file is complete: a cut last line stays unprinted
+      }
       done->insert(rst.st_ino);
     }
     close(rfd);
   }
 }
 
-// Whether a rotated file other than inode `except` has not been read yet.
+// Whether a rotated file other than inode `except` has not been read yet. Only regular files
+// count: read_rotated never reads anything else, so nothing else could ever be read.
 bool unread_rotated(const std::string& state, const std::string& current,
                     const std::set<ino_t>& done, ino_t except) {
   for (const std::string& f : audit::log_files(state)) {
     struct stat rst;
-    if (f != current && stat(f.c_str(), &rst) == 0 && rst.st_ino != except &&
-        !done.count(rst.st_ino))
+    if (f != current && lstat(f.c_str(), &rst) == 0 && S_ISREG(rst.st_mode) &&
+        rst.st_ino != except && !done.count(rst.st_ino))
       return true;
   }
   return false;
@@ -243,9 +245,9 @@ bool unread_rotated(const std::string& state, const std::string& current,
     struct stat fst;
     if (f != current && stat(f.c_str(), &fst) == 0) done.insert(fst.st_ino);
   }
-  int fd = audit::open_regular(current, O_RDONLY);
   struct stat fst;
-  if (fd >= 0 && (fstat(fd, &fst) != 0 || fst.st_ino != at.ino)) current_off = 0;
+  int fd = audit::open_regular(current, O_RDONLY, 0, &fst);
+  if (fd >= 0 && fst.st_ino != at.ino) current_off = 0;
   std::string pending;
   for (;;) {
     char buf[65536];
@@ -258,8 +260,7 @@ bool unread_rotated(const std::string& state, const std::string& current,
       continue;
     }
     struct stat now;
-    if (stat(current.c_str(), &now) == 0 &&
-        (fd < 0 || fstat(fd, &fst) != 0 || now.st_ino != fst.st_ino)) {
+    if (stat(current.c_str(), &now) == 0 && (fd < 0 || now.st_ino != fst.st_ino)) {
       if (fd >= 0) {
         // What was appended to the old file after the last look, before the rotation.
         for (ssize_t m; (m = pread(fd, buf, sizeof buf, current_off)) > 0;) {
@@ -272,14 +273,14 @@ bool unread_rotated(const std::string& state, const std::string& current,
       }
       for (;;) {
         read_rotated(state, current, &done, emit);
-        fd = audit::open_regular(current, O_RDONLY);
-        if (fd < 0 || fstat(fd, &fst) != 0 || !unread_rotated(state, current, done, fst.st_ino))
-          break;
+        fd = audit::open_regular(current, O_RDONLY, 0, &fst);
+        if (fd < 0 || !unread_rotated(state, current, done, fst.st_ino)) break;
         close(fd);  // rotated again before it was opened: the older file first
       }
       current_off = 0;
       pending.clear();
       std::cout << std::flush;
+      if (fd < 0) usleep(100 * 1000);  // not a regular file (or gone): look again later
       continue;
     }
     usleep(100 * 1000);
