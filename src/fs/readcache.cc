@@ -36,11 +36,9 @@ void ReadCache::writer_closed(const Inode& i) {
 void ReadCache::changed(const Inode& i) {
   Stripe& s = stripe(i);
   common::MutexLock lk(s.mu);
+  // With a writer open the entry already keeps nothing (writer_opened); without one it goes.
   auto it = s.entries.find(&i);
-  if (it == s.entries.end()) return;
-  it->second.valid = false;
-  it->second.drop = 0;
-  if (it->second.writers == 0) s.entries.erase(it);
+  if (it != s.entries.end() && it->second.writers == 0) s.entries.erase(it);
 }
 
 bool ReadCache::keep(const Inode& i, const struct stat& st, Clock::duration max_age,

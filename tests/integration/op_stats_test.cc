@@ -15,10 +15,6 @@ using namespace fencefs::testing;
 
 namespace {
 
-long long requests(const std::string& metrics, const std::string& op) {
-  return fuse_requests(metrics, op);
-}
-
 // The names in a directory, sorted, "." and ".." left out.
 std::vector<std::string> names(const std::string& dir) {
   std::vector<std::string> out;
@@ -34,7 +30,7 @@ std::vector<std::string> names(const std::string& dir) {
 }
 
 long long listing_requests(const std::string& metrics) {
-  return requests(metrics, "readdir") + requests(metrics, "readdirplus");
+  return fuse_requests(metrics, "readdir") + fuse_requests(metrics, "readdirplus");
 }
 
 }  // namespace
@@ -61,18 +57,18 @@ TEST(OpStats, CountsEveryRequestByOpcode) {
             }));
   std::string before = slurp(before_path), after = slurp(after_path);
   for (const char* op : {"create", "write", "rename", "flush", "lookup", "getattr", "read"}) {
-    EXPECT_GE(requests(before, op), 0) << op << " missing:\n" << before;
+    EXPECT_GE(fuse_requests(before, op), 0) << op << " missing:\n" << before;
   }
   // Without the writeback cache every write(2) is one WRITE; the metrics reads write nothing.
-  EXPECT_EQ(2, requests(after, "write") - requests(before, "write")) << after;
-  EXPECT_EQ(1, requests(after, "create") - requests(before, "create")) << after;
-  EXPECT_EQ(1, requests(after, "rename") - requests(before, "rename")) << after;
+  EXPECT_EQ(2, fuse_requests(after, "write") - fuse_requests(before, "write")) << after;
+  EXPECT_EQ(1, fuse_requests(after, "create") - fuse_requests(before, "create")) << after;
+  EXPECT_EQ(1, fuse_requests(after, "rename") - fuse_requests(before, "rename")) << after;
   // A write-only handle on a local backing has nothing for close(2) to report: no FLUSH. The
   // one counted is the close of the metrics file read before the sequence.
-  EXPECT_EQ(1, requests(after, "flush") - requests(before, "flush")) << after;
+  EXPECT_EQ(1, fuse_requests(after, "flush") - fuse_requests(before, "flush")) << after;
   // The metrics file is rendered at open, counting that OPEN; the first read's READ came later.
-  EXPECT_GE(requests(before, "open"), 1) << before;
-  EXPECT_GE(requests(after, "read") - requests(before, "read"), 1) << after;
+  EXPECT_GE(fuse_requests(before, "open"), 1) << before;
+  EXPECT_GE(fuse_requests(after, "read") - fuse_requests(before, "read"), 1) << after;
 
   int status = 0;
   std::string lint = sh_out("promtool check metrics < '" + after_path + "' 2>&1", &status);
@@ -103,10 +99,10 @@ TEST(OpStats, CachedWritesAskForCapabilitiesOnce) {
               return close(fd) == 0 ? 0 : 4;
             }));
   std::string s0 = slurp(p0), s1 = slurp(p1), s2 = slurp(p2);
-  EXPECT_EQ(100, requests(s1, "write") - requests(s0, "write")) << s1;
-  EXPECT_EQ(100, requests(s2, "write") - requests(s1, "write")) << s2;
-  EXPECT_LE(requests(s1, "getxattr") - requests(s0, "getxattr"), 1) << s1;
-  EXPECT_EQ(0, requests(s2, "getxattr") - requests(s1, "getxattr")) << s2;
+  EXPECT_EQ(100, fuse_requests(s1, "write") - fuse_requests(s0, "write")) << s1;
+  EXPECT_EQ(100, fuse_requests(s2, "write") - fuse_requests(s1, "write")) << s2;
+  EXPECT_LE(fuse_requests(s1, "getxattr") - fuse_requests(s0, "getxattr"), 1) << s1;
+  EXPECT_EQ(0, fuse_requests(s2, "getxattr") - fuse_requests(s1, "getxattr")) << s2;
 }
 
 // The kernel keeps a directory's listing across opens (cache_readdir, keep_cache), and a change
