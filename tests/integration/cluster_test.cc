@@ -154,8 +154,8 @@ class ClusterTest : public ::testing::Test {
   }
   std::string bpath(const std::string& rel) const { return backing_ + "/" + rel; }
 
-  Etcd& etcd(int members) {
-    etcd_ = std::make_unique<Etcd>(members);
+  Etcd& etcd(int members, bool tls = false) {
+    etcd_ = std::make_unique<Etcd>(members, tls);
     return *etcd_;
   }
 
@@ -771,4 +771,41 @@ TEST_F(ClusterTest, CrossDomainRenameRaisingDoesNotDeadlockAFollower) {
   advancer.join();
   EXPECT_TRUE(finished) << "renames across domains hung while another member advanced";
   EXPECT_TRUE(finished && WIFEXITED(st) && WEXITSTATUS(st) == 0) << n1.log();
+}
+
+// Production etcd speaks TLS and wants client certificates: members given the CA, a certificate
+// and its key join, advance and acquire over TLS; a member without a certificate is refused at
+// mount and joins nothing.
+TEST_F(ClusterTest, MembersSpeakTlsWithClientCertificates) {
+  Etcd& etcd = this->etcd(3, true);
+  std::string tls = "etcd_cacert=" + etcd.cacert() + ",etcd_cert=" + etcd.client_cert() +
+                    ",etcd_key=" + etcd.client_key();
+  Node& n1 = node("m1", etcd.endpoints(), tls);
+  Node& n2 = node("m2", etcd.endpoints(), tls);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0) << n1.log();
+  EXPECT_EQ(n2.epoch(), 5u);
+
+  std::string out = root_ + "/token";
+  int st = -1;
+  sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n2.mnt() +
+             "' --domain / --acquire -- sh -c 'echo $FENCEFS_TOKEN > " + out + "'",
+         &st);
+  EXPECT_EQ(st, 0) << n2.log();
+  EXPECT_EQ(slurp(out), "6\n");
+  EXPECT_EQ(n1.epoch(), 6u);
+  EXPECT_EQ(etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/"), "6\n");
+  pid_t a = spawn_job(n1, 0, [&] { return n1.ctl("bind / 5"); });  // superseded everywhere
+  EXPECT_EQ(wait_status(a), ESTALE);
+  pid_t b = spawn_job(n1, 6, [&] { return append(n1.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), 0);
+  EXPECT_EQ(slurp(bpath("log")), "B\n");
+
+  nodes_.push_back(std::make_unique<Node>(
+      root_, backing_, "nocert",
+      "cluster=c1,etcd=" + etcd.endpoint(0) + ",etcd_cacert=" + etcd.cacert()));
+  Node& bad = *nodes_.back();
+  EXPECT_EQ(bad.start(), 1);
+  EXPECT_NE(bad.log().find("no client certificate was given"), std::string::npos) << bad.log();
+  std::string members = etcd.etcdctl("get --prefix --keys-only /fencefs/clusters/c1/members/");
+  EXPECT_EQ(members.find("nocert"), std::string::npos) << members;
 }

@@ -391,9 +391,12 @@ TEST(EtcdRun, TlsWithClientCertificates) {
   Scratch s;
   std::string base = kCtl + " run --mount '" + m.mnt() + "' --domain / --etcd " + e.endpoints() +
                      " --lock t --ttl 3 ";
-  // Without the client certificate etcd refuses the connection: nothing runs.
-  EXPECT_EQ(kLockService,
-            sh(base + "--cacert '" + e.cacert() + "' -- touch " + s.p("ran") + " 2>/dev/null"));
+  // Without the client certificate etcd refuses the connection: nothing runs, and it says why.
+  int st = -1;
+  std::string err =
+      sh_out(base + "--cacert '" + e.cacert() + "' -- touch " + s.p("ran") + " 2>&1", &st);
+  EXPECT_EQ(kLockService, st);
+  EXPECT_NE(err.find("no client certificate was given"), std::string::npos) << err;
   EXPECT_FALSE(exists(s.p("ran")));
   EXPECT_EQ(0, sh(base + e.tls_flags() + " -- sh -c 'echo $FENCEFS_TOKEN > " + s.p("tok") + "'"));
   EXPECT_EQ("1", trim(slurp(s.p("tok"))));
