@@ -3,6 +3,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstring>
@@ -48,6 +49,10 @@ void HighWater::flush() {
 }
 
 void HighWater::write_locked() {
+  // Other daemons on this storage (cluster members, one after another) write it too: keep the
+  // higher of theirs and ours, so a member that lags never lowers what another recorded.
+  loaded_ = false;
+  load_locked();
   std::string v = encode(cur_);
   if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
     log::warn("cannot record high-water mark in BACKING: {}", common::errstr(errno));
@@ -84,7 +89,9 @@ void HighWater::load_locked() {
   if (loaded_) return;
   char buf[65536];
   ssize_t n = fgetxattr(fd_, kXattr, buf, sizeof buf);
-  if (n > 0) cur_ = decode(std::string_view(buf, static_cast<size_t>(n)));
+  if (n > 0)
+    for (auto& [p, e] : decode(std::string_view(buf, static_cast<size_t>(n))))
+      cur_[p] = std::max(cur_[p], e);
   loaded_ = true;
 }
 

@@ -21,7 +21,9 @@ class HighWater {
   ~HighWater();
   // Epochs recorded so far, by domain path ("v1\n/ 5\n/a 7\n" in the xattr).
   std::map<std::string, Epoch> load();
-  // Raises the recorded epoch of a domain. Best effort: a failure is logged, not fatal. A writer
+  // Raises the recorded epoch of a domain; every write keeps the higher of each domain's epoch in
+  // the xattr (another member may have written it) and ours. Best effort: a failure is logged,
+  // not fatal. A writer
   // thread batches the xattr writes, at most one per 20 ms: a copy for spotting a restored
   // *older* state need not be exact to the millisecond, and the journal is the authority.
   void record(const std::string& domain, Epoch epoch);

@@ -13,6 +13,7 @@
 #include <random>
 #include <thread>
 
+#include "fence/highwater.h"
 #include "integration/mount_fixture.h"
 
 using namespace fencefs::testing;
@@ -247,5 +248,22 @@ TEST(Durability, BackgroundDaemonKeepsTheHighWaterCopy) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   std::string hwm = sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir + "/b");
   EXPECT_NE(std::string::npos, hwm.find("/ 12")) << hwm;
+  sh("rm -rf " + dir);
+}
+
+// Cluster members share BACKING and each keeps the copy: one that loaded it before another
+// recorded more (a member that lagged, or rejoined) must not write it back lower.
+TEST(Durability, HighWaterCopyIsNeverLoweredByAnotherWriter) {
+  std::string dir = temp_dir("hwm2");
+  auto open_dir = [&] { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); };
+  {
+    fencefs::fence::HighWater lagging(open_dir()), ahead(open_dir());
+    lagging.record("/", 3);
+    ahead.record("/", 7);
+    ahead.record("/x", 2);
+    lagging.record("/y", 1);  // still holds "/ 3" from before
+  }
+  std::string hwm = sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir);
+  EXPECT_EQ(hwm, "v1\n/ 7\n/x 2\n/y 1\n");
   sh("rm -rf " + dir);
 }
