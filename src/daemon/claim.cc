@@ -136,10 +136,11 @@ std::string who(int fd) {
 }  // namespace
 
 std::string Owner::encode() const {
-  return fmt::format(
-      "host={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\nstate={}\nsince={}\n",
-      escape(host), escape(boot_id), pid, start_time, escape(mountpoint), escape(state),
-      escape(since));
+  return (cluster.empty() ? "" : "cluster=" + escape(cluster) + "\n") +
+         fmt::format(
+             "host={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\nstate={}\nsince={}\n",
+             escape(host), escape(boot_id), pid, start_time, escape(mountpoint), escape(state),
+             escape(since));
 }
 
 std::optional<Owner> Owner::decode(const std::string& text) {
@@ -160,6 +161,7 @@ std::optional<Owner> Owner::decode(const std::string& text) {
     if (k == "mountpoint") o.mountpoint = unescape(v);
     if (k == "state") o.state = unescape(v);
     if (k == "since") o.since = unescape(v);
+    if (k == "cluster") o.cluster = unescape(v);
     if (k == "pid") std::from_chars(v.data(), v.data() + v.size(), o.pid);
     if (k == "start_time") std::from_chars(v.data(), v.data() + v.size(), o.start_time);
   }
@@ -168,6 +170,10 @@ std::optional<Owner> Owner::decode(const std::string& text) {
 }
 
 std::string Owner::describe() const {
+  if (!cluster.empty())
+    return fmt::format(
+        "cluster {} (marked by its member pid {} on host {}, mounted at {}, since {})", cluster,
+        pid, host, mountpoint, since);
   return fmt::format("pid {} on host {}, mounted at {} (state {}) since {}", pid, host, mountpoint,
                      state, since);
 }
@@ -225,57 +231,80 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   }
   // Cluster members share the backing by design: each holds a read lock, which excludes a
   // daemon outside cluster mode (a write lock) and is excluded by one.
-  switch (lock_file(dir + "/owner", &fd, &created, error, req.shared ? F_RDLCK : F_WRLCK)) {
+  const bool shared = !req.cluster.empty();
+  switch (lock_file(dir + "/owner", &fd, &created, error, shared ? F_RDLCK : F_WRLCK)) {
     case Lock::Error:
       c->abandon();
       return nullptr;
     case Lock::Busy:
-      if (req.shared) {
+      if (shared) {
         *error = fmt::format(
             "backing {} is served by a fencefs daemon outside cluster mode ({}); unmount it "
             "before mounting the backing as a cluster member",
             req.backing, who(fd));
-        close(fd);
-        c->abandon();
-        return nullptr;
+      } else {
+        *error = fmt::format(
+            "backing {} is already served by a fencefs daemon ({}); a backing is served by one "
+            "daemon: unmount that mount first",
+            req.backing, who(fd));
       }
-      *error = fmt::format(
-          "backing {} is already served by a fencefs daemon ({}); a backing is served by one "
-          "daemon: unmount that mount first",
-          req.backing, who(fd));
       close(fd);
       c->abandon();
       return nullptr;
     case Lock::Taken:
-      c->owner_fd_ = fd;
-      c->created_owner_ = created && !req.shared;  // other members may hold it already
-      if (req.shared) {
-        c->created_marker_dir_ = false;
-        c->shared_owner_fd_ = fd;
-        c->owner_fd_ = -1;  // the marker names single owners; members are listed in etcd
-        return c;
-      }
+      (shared ? c->shared_owner_fd_ : c->owner_fd_) = fd;
+      c->created_owner_ = created && !shared;  // other members may hold it already
+      if (shared) c->created_marker_dir_ = false;
   }
-
-  // Nobody here holds the lock. The marker may still name a live mount the lock cannot see:
-  // another host (locks on shared storage may not reach across hosts), or a copy of the file.
-  std::string text = slurp_fd(c->owner_fd_);
-  c->previous_text_ = text;
-  if (text.empty()) return c;
-  auto prev = Owner::decode(text);
-  Owner me = self_owner(req.mountpoint, req.state);
-  if (!prev) {
-    if (!req.takeover) {
-      *error = fmt::format(
-          "backing {}: unreadable marker {}/owner; if no other fencefs serves this backing, "
-          "mount with -o takeover",
-          req.backing, dir);
+  // Nobody here holds the lock against us. The marker may still name a mount the lock cannot
+  // see: another host (locks on shared storage may not reach across hosts), or a copy of it.
+  if (!c->check_marker(slurp_fd(fd), error)) {
+    c->abandon();
+    return nullptr;
+  }
+  auto found = Owner::decode(c->previous_text_);
+  if (shared && !(found && found->cluster == req.cluster)) {
+    Owner me = self_owner(req.mountpoint, req.state);
+    me.cluster = req.cluster;
+    if (!write_all(fd, me.encode())) {
+      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
       c->abandon();
       return nullptr;
     }
-    return c;
+    c->wrote_shared_marker_ = true;
   }
-  c->previous_ = prev;
+  return c;
+}
+
+// long: one decision per kind of marker (none, unreadable, a cluster's, a single owner's on
+// this boot, an earlier boot or another host), each with its own message.
+bool Claim::check_marker(const std::string& text, std::string* error) {
+  const Request& req = req_;
+  previous_text_ = text;
+  if (text.empty()) return true;
+  auto prev = Owner::decode(text);
+  if (!prev) {
+    if (req.takeover) return true;
+    *error = fmt::format(
+        "backing {}: unreadable marker {}/.fencefs/owner; if no other fencefs serves this "
+        "backing, mount with -o takeover",
+        req.backing, req.backing);
+    return false;
+  }
+  if (!prev->cluster.empty()) {
+    if (prev->cluster == req.cluster) return true;  // a fellow member marked it: not gone
+    previous_ = prev;
+    if (req.takeover) return true;
+    *error = fmt::format(
+        "backing {} is marked as served by fencefs {}. {} If no member of that cluster serves "
+        "it anymore, mount with -o takeover",
+        req.backing, prev->describe(),
+        req.cluster.empty() ? "A daemon outside that cluster does not fence with its members."
+                            : "Members of two clusters do not fence each other.");
+    return false;
+  }
+  previous_ = prev;
+  Owner me = self_owner(req.mountpoint, req.state);
   if (prev->host == me.host && prev->boot_id == me.boot_id) {
     auto st = proc::read_stat(prev->pid);
     if (st && st->start_time == prev->start_time && prev->pid != me.pid) {
@@ -283,22 +312,17 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
           "backing {} is already served by a fencefs daemon ({}), which is still running; a "
           "backing is served by one daemon: unmount that mount first",
           req.backing, prev->describe());
-      c->abandon();
-      return nullptr;
+      return false;
     }
-    return c;  // that daemon is gone (killed or crashed): its marker is stale
+    return true;  // that daemon is gone (killed or crashed): its marker is stale
   }
-  if (prev->host == me.host) return c;  // same host, earlier boot
-  if (!req.takeover) {
-    *error = fmt::format(
-        "backing {} is marked as served by another host's fencefs ({}). Two daemons on one "
-        "backing do not fence each other. If that mount is gone (host down, daemon killed), "
-        "mount with -o takeover",
-        req.backing, prev->describe());
-    c->abandon();
-    return nullptr;
-  }
-  return c;
+  if (prev->host == me.host || req.takeover) return true;  // an earlier boot, or taken over
+  *error = fmt::format(
+      "backing {} is marked as served by another host's fencefs ({}). Two daemons on one "
+      "backing do not fence each other. If that mount is gone (host down, daemon killed), "
+      "mount with -o takeover",
+      req.backing, prev->describe());
+  return false;
 }
 
 Claim::~Claim() {
@@ -334,6 +358,7 @@ void Claim::abandon() {
   if (created_state_lock_) unlink((req_.state + "/lock").c_str());
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
+  if (wrote_shared_marker_ && shared_owner_fd_ >= 0) write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
   for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_}) {
     if (*fd >= 0) close(*fd);

@@ -4,7 +4,9 @@
 //  - STATE/lock: an exclusive OFD lock held for the daemon's lifetime (same state directory);
 //  - BACKING/.fencefs/owner: an OFD lock plus a marker naming host, boot, pid, mountpoint and
 //    state, left in place by a crash, so that a mount from another host, whose locks may not
-//    reach this one, still finds it.
+//    reach this one, still finds it. Cluster members mark it with their cluster's name instead
+//    (left in place: members on other hosts may still serve it), so that neither a daemon
+//    outside the cluster nor another cluster's member mounts it unknowingly.
 #pragma once
 #include <sys/types.h>
 
@@ -23,7 +25,8 @@ struct Owner {
   uint64_t start_time = 0;  // /proc/PID/stat field 22: with pid, one process
   std::string mountpoint;
   std::string state;
-  std::string since;  // UTC, ISO 8601
+  std::string since;    // UTC, ISO 8601
+  std::string cluster;  // set in a cluster member's marker: the backing is the cluster's
 
   std::string encode() const;
   static std::optional<Owner> decode(const std::string& text);
@@ -40,7 +43,8 @@ class Claim {
     std::string state;
     std::string mountpoint;
     bool takeover = false;  // a marker naming another host is stale (that host is down)
-    bool shared = false;    // cluster mode: members share the backing; only the state is ours
+    // Cluster mode: the cluster's name. Members share the backing; only the state is ours.
+    std::string cluster;
   };
   // Takes both locks and checks the marker. On refusal returns null with the reason in *error;
   // anything it created is removed again.
@@ -60,6 +64,7 @@ class Claim {
 
  private:
   Claim() = default;
+  bool check_marker(const std::string& text, std::string* error);
   Request req_;
   int state_fd_ = -1;
   int owner_fd_ = -1;
@@ -69,6 +74,7 @@ class Claim {
   bool created_marker_dir_ = false;
   std::optional<Owner> previous_;
   std::string previous_text_;  // the marker as found, restored by abandon()
+  bool wrote_shared_marker_ = false;
 };
 
 }  // namespace fencefs::daemon

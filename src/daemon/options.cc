@@ -66,7 +66,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
     pidfile=FILE       write the daemon's pid to FILE (removed at unmount)
     nonempty           allow a mountpoint that holds files (they are hidden while mounted)
     takeover           mount although BACKING/.fencefs/owner names a mount on another host
-                       (only when that host is down or its daemon is gone)
+                       or another cluster (only when that host is down or its daemon is gone,
+                       or no member of that cluster serves the backing anymore)
     list_xattrs        list the user.fencefs.* attributes in listxattr (getfattr -d); off by
                        default: rsync -X would try to remove them on every file it copies
 

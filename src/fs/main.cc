@@ -259,7 +259,8 @@ std::unique_ptr<daemon::Claim> claim_state(const daemon::Settings& o, bool takeo
     die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
   }
 
-  auto claim = daemon::Claim::take({backing, state, mnt, takeover, cluster_mode}, &error);
+  auto claim = daemon::Claim::take(
+      {backing, state, mnt, takeover, cluster_mode ? o.cluster_opts->name : std::string()}, &error);
   if (!claim) die(error);
   daemon::on_failure([c = claim.get()] { c->abandon(); });
   // The state is ours now: what this mount creates in it from here is removed if it fails.

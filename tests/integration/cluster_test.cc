@@ -809,3 +809,70 @@ TEST_F(ClusterTest, MembersSpeakTlsWithClientCertificates) {
   std::string members = etcd.etcdctl("get --prefix --keys-only /fencefs/clusters/c1/members/");
   EXPECT_EQ(members.find("nocert"), std::string::npos) << members;
 }
+
+// BACKING/.fencefs/owner names the cluster once a member mounted it, and keeps naming it after
+// the members leave (members on hosts whose locks do not reach here may still serve it): a
+// daemon outside the cluster, or a member of another cluster, is refused unless it takes over;
+// a member of the cluster is not, and another host's single daemon keeps members off too.
+TEST_F(ClusterTest, OwnerMarkerKeepsOtherDaemonsOffTheClustersBacking) {
+  Etcd& etcd = this->etcd(1);
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  std::string marker = bpath(".fencefs/owner");
+  {
+    Node& m1 = node("m1", etcd.endpoints());
+    EXPECT_NE(slurp(marker).find("cluster=c1\n"), std::string::npos) << slurp(marker);
+    m1.stop();
+  }
+  std::string left = slurp(marker);
+  EXPECT_NE(left.find("cluster=c1\n"), std::string::npos) << left;
+
+  std::string single_mnt = root_ + "/single";
+  mkdir(single_mnt.c_str(), 0755);
+  auto single = [&](const std::string& extra, int* st) {
+    return sh_out(std::string(FENCEFS_BIN) + " -o state=" + root_ + "/single.state" + extra + " " +
+                      backing_ + " " + single_mnt + " 2>&1",
+                  st);
+  };
+  int st = -1;
+  std::string out = single("", &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("marked as served by fencefs cluster c1"), std::string::npos) << out;
+  EXPECT_NE(out.find("outside that cluster"), std::string::npos) << out;
+  EXPECT_NE(out.find("-o takeover"), std::string::npos) << out;
+  EXPECT_EQ(slurp(marker), left);
+
+  nodes_.push_back(std::make_unique<Node>(root_, backing_, "other", "cluster=c2,etcd=" + eps));
+  Node& other = *nodes_.back();
+  EXPECT_EQ(other.start(), 1);
+  EXPECT_NE(other.log().find("Members of two clusters do not fence each other"), std::string::npos)
+      << other.log();
+  EXPECT_EQ(slurp(marker), left);
+
+  Node& m2 = node("m2", etcd.endpoints());  // a member of c1: welcome, and nothing was "gone"
+  EXPECT_EQ(m2.log().find("was last served by"), std::string::npos) << m2.log();
+  m2.stop();
+
+  // A single daemon of another host marked it: members stay off unless they take over.
+  spit(marker,
+       "host=other-host.example\nboot_id=0\npid=4242\nstart_time=1\n"
+       "mountpoint=/mnt/elsewhere\nstate=/var/lib/fencefs\nsince=2026-01-01T00:00:00Z\n");
+  nodes_.push_back(std::make_unique<Node>(root_, backing_, "m3", "cluster=c1,etcd=" + eps));
+  Node& m3 = *nodes_.back();
+  EXPECT_EQ(m3.start(), 1);
+  EXPECT_NE(m3.log().find("another host's fencefs"), std::string::npos) << m3.log();
+  EXPECT_NE(slurp(marker).find("other-host.example"), std::string::npos);
+  Node& m4 = node("m4", etcd.endpoints(), "takeover");
+  EXPECT_NE(m4.log().find("other-host.example"), std::string::npos) << m4.log();
+  EXPECT_NE(slurp(marker).find("cluster=c1\n"), std::string::npos) << slurp(marker);
+  m4.stop();
+
+  // Leaving cluster mode is the operator's call.
+  out = single(",takeover", &st);
+  EXPECT_EQ(st, 0) << out;
+  if (st == 0) {
+    track_mount(single_mnt);
+    EXPECT_EQ(sh("fusermount3 -u " + single_mnt), 0);
+    untrack_mount(single_mnt);
+  }
+}
