@@ -266,7 +266,8 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   if (shared && !(found && found->cluster == req.cluster)) {
     Owner me = self_owner(req.mountpoint, req.state);
     me.cluster = req.cluster;
-    if (!write_all(fd, me.encode())) {
+    c->written_text_ = me.encode();
+    if (!write_all(fd, c->written_text_)) {
       *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
       c->abandon();
       return nullptr;
@@ -358,7 +359,9 @@ void Claim::abandon() {
   if (created_state_lock_) unlink((req_.state + "/lock").c_str());
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
-  if (wrote_shared_marker_ && shared_owner_fd_ >= 0) write_all(shared_owner_fd_, previous_text_);
+  // Unless a member starting meanwhile wrote it again: that member's marker stays.
+  if (wrote_shared_marker_ && shared_owner_fd_ >= 0 && slurp_fd(shared_owner_fd_) == written_text_)
+    write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
   for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_}) {
     if (*fd >= 0) close(*fd);

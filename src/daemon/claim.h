@@ -75,6 +75,7 @@ class Claim {
   std::optional<Owner> previous_;
   std::string previous_text_;  // the marker as found, restored by abandon()
   bool wrote_shared_marker_ = false;
+  std::string written_text_;  // the cluster marker this claim wrote
 };
 
 }  // namespace fencefs::daemon

@@ -633,6 +633,7 @@ TEST_F(ClusterTest, MountRefusesBadClusterOptions) {
   int st = -1;
   EXPECT_EQ(etcd.etcdctl("get --prefix --keys-only /fencefs/clusters/c1/members/", &st), "");
   EXPECT_EQ(st, 0);
+  EXPECT_EQ(slurp(bpath(".fencefs/owner")), "");  // failed mounts leave the marker as found
 }
 
 // A hook that cuts a member off at the storage leaves its daemon alive: once it runs again it
