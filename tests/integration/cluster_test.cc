@@ -209,6 +209,13 @@ bool eventually(const std::function<bool()>& f, std::chrono::milliseconds limit 
   return f();
 }
 
+// `fencectl run --acquire` through n: the token the job was given.
+std::string acquire(const Node& n, int* st) {
+  return sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n.mnt() +
+                    "' --domain / --acquire -- sh -c 'echo $FENCEFS_TOKEN'",
+                st);
+}
+
 pid_t etcd_pid(const Etcd& e, int i) {
   std::string out = sh_out("pgrep -f -- '--listen-client-urls " + e.endpoint(i) + "( |$)'");
   return out.empty() ? -1 : std::stoi(out);
@@ -697,13 +704,9 @@ TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
   Node& n1 = node("m1", etcd.endpoints());
   Node& n2 = node("m2", etcd.endpoints());
   ASSERT_EQ(n2.ctl("advance / 4"), 0);
-  std::string out = root_ + "/token";
   int st = -1;
-  sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n1.mnt() +
-             "' --domain / --acquire -- sh -c 'echo $FENCEFS_TOKEN > " + out + "'",
-         &st);
+  EXPECT_EQ(acquire(n1, &st), "5\n");
   EXPECT_EQ(st, 0) << n1.log();
-  EXPECT_EQ(slurp(out), "5\n");
   EXPECT_EQ(n1.epoch(), 5u);
   EXPECT_EQ(n2.epoch(), 5u);
   std::string held = etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/");
@@ -786,13 +789,9 @@ TEST_F(ClusterTest, MembersSpeakTlsWithClientCertificates) {
   ASSERT_EQ(n1.ctl("advance / 5"), 0) << n1.log();
   EXPECT_EQ(n2.epoch(), 5u);
 
-  std::string out = root_ + "/token";
   int st = -1;
-  sh_out(std::string(FENCECTL_BIN) + " run --mount '" + n2.mnt() +
-             "' --domain / --acquire -- sh -c 'echo $FENCEFS_TOKEN > " + out + "'",
-         &st);
+  EXPECT_EQ(acquire(n2, &st), "6\n");
   EXPECT_EQ(st, 0) << n2.log();
-  EXPECT_EQ(slurp(out), "6\n");
   EXPECT_EQ(n1.epoch(), 6u);
   EXPECT_EQ(etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/"), "6\n");
   pid_t a = spawn_job(n1, 0, [&] { return n1.ctl("bind / 5"); });  // superseded everywhere
