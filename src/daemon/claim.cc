@@ -333,7 +333,16 @@ Claim::~Claim() {
 }
 
 bool Claim::publish(std::string* error) {
-  std::string text = self_owner(req_.mountpoint, req_.state).encode();
+  Owner me = self_owner(req_.mountpoint, req_.state);
+  std::string text = me.encode();
+  if (wrote_shared_marker_) {  // the cluster's marker names the member that wrote it
+    me.cluster = req_.cluster;
+    written_text_ = me.encode();
+    if (!write_all(shared_owner_fd_, written_text_)) {
+      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
+      return false;
+    }
+  }
   for (int fd : {owner_fd_, state_fd_}) {
     if (fd >= 0 && !write_all(fd, text)) {
       *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));

@@ -822,6 +822,8 @@ TEST_F(ClusterTest, OwnerMarkerKeepsOtherDaemonsOffTheClustersBacking) {
   {
     Node& m1 = node("m1", etcd.endpoints());
     EXPECT_NE(slurp(marker).find("cluster=c1\n"), std::string::npos) << slurp(marker);
+    EXPECT_NE(slurp(marker).find("\npid=" + std::to_string(m1.pid()) + "\n"), std::string::npos)
+        << slurp(marker);
     m1.stop();
   }
   std::string left = slurp(marker);
