@@ -262,19 +262,27 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     c->abandon();
     return nullptr;
   }
-  auto found = Owner::decode(c->previous_text_);
-  if (shared && !(found && found->cluster == req.cluster)) {
-    Owner me = self_owner(req.mountpoint, req.state);
-    me.cluster = req.cluster;
-    c->written_text_ = me.encode();
-    if (!write_all(fd, c->written_text_)) {
-      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
-      c->abandon();
-      return nullptr;
-    }
-    c->wrote_shared_marker_ = true;
+  // A member writes its own marker even over a fellow member's: a member that fails later
+  // restores what it found only while its own marker is still there, so it never empties the
+  // marker of a member that started meanwhile and serves.
+  if (shared && !c->write_shared_marker(error)) {
+    c->abandon();
+    return nullptr;
   }
   return c;
+}
+
+bool Claim::write_shared_marker(std::string* error) {
+  Owner me = self_owner(req_.mountpoint, req_.state);
+  me.cluster = req_.cluster;
+  std::string text = me.encode();
+  if (!write_all(shared_owner_fd_, text)) {
+    *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
+    return false;
+  }
+  written_text_ = std::move(text);
+  wrote_shared_marker_ = true;
+  return true;
 }
 
 // long: one decision per kind of marker (none, unreadable, a cluster's, a single owner's on

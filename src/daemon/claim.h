@@ -65,6 +65,7 @@ class Claim {
  private:
   Claim() = default;
   bool check_marker(const std::string& text, std::string* error);
+  bool write_shared_marker(std::string* error);  // a cluster member's marker naming this process
   Request req_;
   int state_fd_ = -1;
   int owner_fd_ = -1;

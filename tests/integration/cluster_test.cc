@@ -877,3 +877,32 @@ TEST_F(ClusterTest, OwnerMarkerKeepsOtherDaemonsOffTheClustersBacking) {
     untrack_mount(single_mnt);
   }
 }
+
+// A member that fails after a fellow member started meanwhile (here: its etcd is unreachable,
+// found only after it claimed the backing) must not take the cluster's marker away from the
+// member that serves: on a host whose locks do not reach here, an empty marker would let a
+// daemon outside the cluster mount the backing beside it.
+TEST_F(ClusterTest, AFailingMemberLeavesTheMarkerOfAMemberServingMeanwhile) {
+  Etcd& etcd = this->etcd(1);
+  std::string marker = bpath(".fencefs/owner");
+  nodes_.push_back(
+      std::make_unique<Node>(root_, backing_, "failing", "cluster=c1,etcd=127.0.0.1:1"));
+  Node& failing = *nodes_.back();
+  std::atomic<int> failed{0};
+  std::thread t([&] { failed = failing.start(); });
+  auto deadline = Clock::now() + 10s;
+  while (slurp(marker).find("mountpoint=" + failing.mnt() + "\n") == std::string::npos &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_NE(slurp(marker).find("mountpoint=" + failing.mnt() + "\n"), std::string::npos)
+      << slurp(marker);
+  Node& m2 = node("m2", etcd.endpoints());
+  // The failing member gives up only after its etcd calls time out (5 s): still trying here.
+  EXPECT_EQ(failing.log().find("etcd unreachable"), std::string::npos) << failing.log();
+  t.join();
+  EXPECT_EQ(failed.load(), 1) << failing.log();
+  EXPECT_NE(failing.log().find("etcd unreachable"), std::string::npos) << failing.log();
+  std::string left = slurp(marker);
+  EXPECT_NE(left.find("cluster=c1\n"), std::string::npos) << left;
+  EXPECT_NE(left.find("mountpoint=" + m2.mnt() + "\n"), std::string::npos) << left;
+}
