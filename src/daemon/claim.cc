@@ -117,15 +117,16 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
   return Lock::Error;
 }
 
+// Overwrites, then cuts: a daemon starting meanwhile never reads an empty marker (a free
+// backing) while one is being rewritten.
 bool write_all(int fd, const std::string& text) {
-  if (ftruncate(fd, 0) != 0) return false;
   size_t off = 0;
   while (off < text.size()) {
     ssize_t n = pwrite(fd, text.data() + off, text.size() - off, static_cast<off_t>(off));
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
-  return fsync(fd) == 0;
+  return ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
 }
 
 std::string who(int fd) {
@@ -341,6 +342,11 @@ Claim::~Claim() {
 }
 
 bool Claim::publish(std::string* error) {
+  // A member's marker names the daemon after it detached, unless another member wrote it since.
+  auto mine = Owner::decode(written_text_);
+  if (wrote_shared_marker_ && mine && mine->pid != getpid() &&
+      slurp_fd(shared_owner_fd_) == written_text_ && !write_shared_marker(error))
+    return false;
   std::string text = self_owner(req_.mountpoint, req_.state).encode();
   for (int fd : {owner_fd_, state_fd_}) {
     if (fd >= 0 && !write_all(fd, text)) {

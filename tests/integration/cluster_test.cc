@@ -906,3 +906,31 @@ TEST_F(ClusterTest, AFailingMemberLeavesTheMarkerOfAMemberServingMeanwhile) {
   EXPECT_NE(left.find("cluster=c1\n"), std::string::npos) << left;
   EXPECT_NE(left.find("mountpoint=" + m2.mnt() + "\n"), std::string::npos) << left;
 }
+
+// A member detached into the background (no -f) names the daemon in the marker, not the process
+// that started it and exited.
+TEST_F(ClusterTest, MarkerNamesTheDetachedMember) {
+  Etcd& etcd = this->etcd(1);
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  std::string mnt = root_ + "/bg", pidfile = root_ + "/bg.pid";
+  mkdir(mnt.c_str(), 0755);
+  int st = -1;
+  std::string out = sh_out(std::string(FENCEFS_BIN) + " -o state=" + root_ +
+                               "/bg.state,member=bg,cluster=c1,etcd=" + eps +
+                               ",pidfile=" + pidfile + " " + backing_ + " " + mnt + " 2>&1",
+                           &st);
+  ASSERT_EQ(st, 0) << out;
+  track_mount(mnt);
+  std::string pid = slurp(pidfile);
+  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+  std::string marker = slurp(bpath(".fencefs/owner"));
+  EXPECT_NE(marker.find("cluster=c1\n"), std::string::npos) << marker;
+  EXPECT_NE(marker.find("\npid=" + pid + "\n"), std::string::npos)
+      << "daemon " << pid << ": " << marker;
+  EXPECT_EQ(sh("fusermount3 -u " + mnt), 0);
+  untrack_mount(mnt);
+  pid_t daemon = static_cast<pid_t>(std::stol(pid));
+  for (auto until = Clock::now() + 20s; kill(daemon, 0) == 0 && Clock::now() < until;)
+    std::this_thread::sleep_for(10ms);  // it leaves the cluster before etcd goes
+}
