@@ -243,6 +243,13 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
             "backing {} is served by a fencefs daemon outside cluster mode ({}); unmount it "
             "before mounting the backing as a cluster member",
             req.backing, who(fd));
+      } else if (auto o = Owner::decode(slurp_fd(fd)); o && !o->cluster.empty()) {
+        // Members hold read locks: "one daemon" would send the operator after a single mount.
+        *error = fmt::format(
+            "backing {} is served by members of fencefs {}; a daemon outside cluster mode does "
+            "not fence with them: mount it as a member (-o cluster={},etcd=...), or unmount "
+            "every member on this host first",
+            req.backing, o->describe(), o->cluster);
       } else {
         *error = fmt::format(
             "backing {} is already served by a fencefs daemon ({}); a backing is served by one "

@@ -934,3 +934,22 @@ TEST_F(ClusterTest, MarkerNamesTheDetachedMember) {
   for (auto until = Clock::now() + 20s; kill(daemon, 0) == 0 && Clock::now() < until;)
     std::this_thread::sleep_for(10ms);  // it leaves the cluster before etcd goes
 }
+
+// A daemon outside cluster mode finding members serving the backing here is told it is a
+// cluster's backing, and how to join it, not that "one daemon" serves it.
+TEST_F(ClusterTest, DaemonOutsideTheClusterIsToldMembersServeTheBacking) {
+  Etcd& etcd = this->etcd(1);
+  Node& m1 = node("m1", etcd.endpoints());
+  std::string mnt = root_ + "/single";
+  mkdir(mnt.c_str(), 0755);
+  int st = -1;
+  std::string out = sh_out(std::string(FENCEFS_BIN) + " -o state=" + root_ + "/single.state " +
+                               backing_ + " " + mnt + " 2>&1",
+                           &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("is served by members of fencefs cluster c1"), std::string::npos) << out;
+  EXPECT_NE(out.find("cluster=c1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("served by one daemon"), std::string::npos) << out;
+  EXPECT_NE(slurp(bpath(".fencefs/owner")).find("mountpoint=" + m1.mnt() + "\n"),
+            std::string::npos);
+}
