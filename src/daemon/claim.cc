@@ -74,18 +74,18 @@ std::string unescape(std::string_view v) {
 
 enum class Lock { Taken, Busy, Error };
 
-// Opens PATH (creating it when missing) and takes an exclusive OFD lock on it without waiting.
-// Retries when the file was replaced between open and lock, so the lock is on the file the path
-// names.
-Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string* error,
-               short type = F_WRLCK) {
+// Opens NAME in directory DIRFD (creating it when missing) and takes an exclusive OFD lock on it
+// without waiting. Retries when the file was replaced between open and lock, so the lock is on
+// the file the name names. PATH names it in messages.
+Lock lock_file(int dirfd, const std::string& name, const std::string& path, int* fd_out,
+               bool* created, std::string* error, short type = F_WRLCK) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     *created = false;
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = openat(dirfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
       *created = true;
     } else if (errno == EEXIST) {
-      fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      fd = openat(dirfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0 && errno == ENOENT) continue;
     }
     if (fd < 0) {
@@ -106,8 +106,8 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
       return Lock::Error;
     }
     struct stat a, b;
-    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
-        a.st_dev == b.st_dev) {
+    if (fstat(fd, &a) == 0 && fstatat(dirfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+        a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
       *fd_out = fd;
       return Lock::Taken;
     }
@@ -127,6 +127,21 @@ bool write_all(int fd, const std::string& text) {
     off += static_cast<size_t>(n);
   }
   return ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
+}
+
+// BACKING/.fencefs, opened without following a link (what is then created in it is created
+// through this fd). -1 with the reason in *error.
+int open_marker_dir(const std::string& dir, std::string* error) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    *error = errno == ELOOP || errno == ENOTDIR
+                 ? fmt::format(
+                       "{} is not a directory (a symbolic link?): fencefs keeps its owner "
+                       "marker, and by default its state, there and follows no link to it; "
+                       "remove it",
+                       dir)
+                 : fmt::format("{}: {}", dir, common::errstr(errno));
+  return fd;
 }
 
 std::string who(int fd) {
@@ -204,9 +219,19 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   bool created = false;
   int fd = -1;
 
+  // BACKING/.fencefs is also the default state directory: refuse a link there before the state
+  // lock is created through it.
+  std::string dir = req.backing + "/.fencefs";
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) == 0) {
+    int dfd = open_marker_dir(dir, error);
+    if (dfd < 0) return nullptr;
+    close(dfd);
+  }
+
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
-  switch (lock_file(state_lock, &fd, &created, error)) {
+  switch (lock_file(AT_FDCWD, state_lock, state_lock, &fd, &created, error)) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
@@ -222,7 +247,6 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   }
 
   // The backing: its marker directory is BACKING/.fencefs, never visible through a mount.
-  std::string dir = req.backing + "/.fencefs";
   if (mkdir(dir.c_str(), 0700) == 0) {
     c->created_marker_dir_ = true;
   } else if (errno != EEXIST) {
@@ -230,10 +254,18 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     c->abandon();
     return nullptr;
   }
+  // Whoever may write BACKING's root could have put a link here: root would then write (and by
+  // default keep the state) wherever it points. Opened without following, checked, used by fd.
+  c->marker_dir_fd_ = open_marker_dir(dir, error);
+  if (c->marker_dir_fd_ < 0) {
+    c->abandon();
+    return nullptr;
+  }
   // Cluster members share the backing by design: each holds a read lock, which excludes a
   // daemon outside cluster mode (a write lock) and is excluded by one.
   const bool shared = !req.cluster.empty();
-  switch (lock_file(dir + "/owner", &fd, &created, error, shared ? F_RDLCK : F_WRLCK)) {
+  switch (lock_file(c->marker_dir_fd_, "owner", dir + "/owner", &fd, &created, error,
+                    shared ? F_RDLCK : F_WRLCK)) {
     case Lock::Error:
       c->abandon();
       return nullptr;
@@ -343,6 +375,7 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 }
 
 Claim::~Claim() {
+  if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (state_fd_ >= 0) close(state_fd_);
   if (owner_fd_ >= 0) close(owner_fd_);
@@ -376,7 +409,7 @@ void Claim::release() {
 void Claim::abandon() {
   std::string dir = req_.backing + "/.fencefs";
   // Unlinked while still locked, so nobody else locks a file about to disappear unnoticed.
-  if (created_owner_) unlink((dir + "/owner").c_str());
+  if (created_owner_ && marker_dir_fd_ >= 0) unlinkat(marker_dir_fd_, "owner", 0);
   if (created_state_lock_) unlink((req_.state + "/lock").c_str());
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
@@ -384,7 +417,7 @@ void Claim::abandon() {
   if (wrote_shared_marker_ && shared_owner_fd_ >= 0 && slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
-  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_}) {
+  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }

@@ -70,6 +70,7 @@ class Claim {
   int state_fd_ = -1;
   int owner_fd_ = -1;
   int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
+  int marker_dir_fd_ = -1;    // BACKING/.fencefs, opened without following a link
   bool created_state_lock_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;

@@ -161,6 +161,29 @@ TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
   EXPECT_FALSE(exists(backing2 + "/.fencefs")) << "a refused mount left a marker in BACKING";
 }
 
+// Whoever may write BACKING's root natively could put a link at BACKING/.fencefs: the daemon,
+// as root, would create its marker and (by default) its state wherever the link points, and
+// truncate files named like them there. Refused, and nothing is written through the link.
+TEST(OneDaemon, ALinkAsBackingFencefsIsRefusedAndNotFollowed) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", elsewhere = t.path + "/etc";
+  for (auto& d : {backing, mnt, elsewhere}) ::mkdir(d.c_str(), 0755);
+  spit(elsewhere + "/owner", "precious\n");
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (backing + "/.fencefs").c_str()), 0);
+  std::string before = listing(elsewhere);
+  Daemon r = run_fencefs({backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(backing + "/.fencefs is not a directory (a symbolic link?)"),
+            std::string::npos)
+      << r.out;
+  Daemon r2 =
+      run_fencefs({"-o", "state=" + t.path + "/state", backing, mnt}, mnt, t.path + "/2.log");
+  EXPECT_EQ(r2.status, 1) << r2.out;
+  EXPECT_NE(r2.out.find("is not a directory (a symbolic link?)"), std::string::npos) << r2.out;
+  EXPECT_EQ(listing(elsewhere), before);
+  EXPECT_EQ(slurp(elsewhere + "/owner"), "precious\n");
+}
+
 TEST(OneDaemon, AfterACleanUnmountANewDaemonMounts) {
   Mount m;
   ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
