@@ -922,9 +922,15 @@ TEST_F(ClusterTest, MarkerNamesTheDetachedMember) {
                            &st);
   ASSERT_EQ(st, 0) << out;
   track_mount(mnt);
-  std::string pid = slurp(pidfile);
-  while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-  std::string marker = slurp(bpath(".fencefs/owner"));
+  // The starting process exits before the daemon writes its pid file and marker: wait for them.
+  std::string pid, marker;
+  for (auto until = Clock::now() + 10s; Clock::now() < until; std::this_thread::sleep_for(10ms)) {
+    pid = slurp(pidfile);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    marker = slurp(bpath(".fencefs/owner"));
+    if (!pid.empty() && marker.find("\npid=" + pid + "\n") != std::string::npos) break;
+  }
+  ASSERT_FALSE(pid.empty()) << "no pid file";
   EXPECT_NE(marker.find("cluster=c1\n"), std::string::npos) << marker;
   EXPECT_NE(marker.find("\npid=" + pid + "\n"), std::string::npos)
       << "daemon " << pid << ": " << marker;
