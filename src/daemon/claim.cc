@@ -154,9 +154,10 @@ std::string who(int fd) {
 std::string Owner::encode() const {
   return (cluster.empty() ? "" : "cluster=" + escape(cluster) + "\n") +
          fmt::format(
-             "host={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\nstate={}\nsince={}\n",
-             escape(host), escape(boot_id), pid, start_time, escape(mountpoint), escape(state),
-             escape(since));
+             "host={}\nmachine_id={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\n"
+             "state={}\nsince={}\n",
+             escape(host), escape(machine_id), escape(boot_id), pid, start_time, escape(mountpoint),
+             escape(state), escape(since));
 }
 
 std::optional<Owner> Owner::decode(const std::string& text) {
@@ -174,6 +175,7 @@ std::optional<Owner> Owner::decode(const std::string& text) {
     any = true;
     if (k == "host") o.host = unescape(v);
     if (k == "boot_id") o.boot_id = unescape(v);
+    if (k == "machine_id") o.machine_id = unescape(v);
     if (k == "mountpoint") o.mountpoint = unescape(v);
     if (k == "state") o.state = unescape(v);
     if (k == "since") o.since = unescape(v);
@@ -198,6 +200,7 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   Owner o;
   o.host = hostname();
   o.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  o.machine_id = first_line("/etc/machine-id");
   o.pid = getpid();
   if (auto st = proc::read_stat(o.pid)) o.start_time = st->start_time;
   o.mountpoint = mountpoint;
@@ -354,7 +357,11 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
   }
   previous_ = prev;
   Owner me = self_owner(req.mountpoint, req.state);
-  if (prev->host == me.host && prev->boot_id == me.boot_id) {
+  // Host names repeat (cloned machines, containers): a machine id, where both markers have one,
+  // tells another machine of that name from this one's earlier boot.
+  bool same_host = prev->host == me.host && (prev->machine_id.empty() || me.machine_id.empty() ||
+                                             prev->machine_id == me.machine_id);
+  if (same_host && prev->boot_id == me.boot_id) {
     auto st = proc::read_stat(prev->pid);
     if (st && st->start_time == prev->start_time && prev->pid != me.pid) {
       *error = fmt::format(
@@ -365,12 +372,14 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
     }
     return true;  // that daemon is gone (killed or crashed): its marker is stale
   }
-  if (prev->host == me.host || req.takeover) return true;  // an earlier boot, or taken over
+  if (same_host || req.takeover) return true;  // an earlier boot, or taken over
   *error = fmt::format(
-      "backing {} is marked as served by another host's fencefs ({}). Two daemons on one "
+      "backing {} is marked as served by another host's fencefs ({}{}). Two daemons on one "
       "backing do not fence each other. If that mount is gone (host down, daemon killed), "
       "mount with -o takeover",
-      req.backing, prev->describe());
+      req.backing, prev->describe(),
+      prev->host == me.host ? "; a machine of this host's name with machine id " + prev->machine_id
+                            : std::string());
   return false;
 }
 

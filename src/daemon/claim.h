@@ -20,6 +20,7 @@ namespace fencefs::daemon {
 // Who holds (or last held) a backing, as written in the marker.
 struct Owner {
   std::string host;
+  std::string machine_id;  // /etc/machine-id: tells machines of one host name apart
   std::string boot_id;
   pid_t pid = 0;
   uint64_t start_time = 0;  // /proc/PID/stat field 22: with pid, one process

@@ -230,6 +230,34 @@ TEST(OneDaemon, MarkerOfAnotherHostRefusesUnlessTakeover) {
   EXPECT_NE(t.out.find("other-host.example"), std::string::npos) << t.out;
 }
 
+// Host names repeat (cloned machines, containers): a marker of this host's name but another
+// machine id is another host's, not an earlier boot of this one; with this machine's id it is.
+TEST(OneDaemon, MarkerOfAnotherMachineWithThisHostNameRefusesUnlessTakeover) {
+  Mount m;
+  ASSERT_EQ(m.unmount(), 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string mid = slurp("/etc/machine-id");
+  mid.erase(mid.find_last_not_of("\n") + 1);
+  ASSERT_FALSE(mid.empty());
+  auto marker = [&](const std::string& machine) {
+    return std::string("host=") + host + "\nmachine_id=" + machine +
+           "\nboot_id=0\npid=4242\nstart_time=1\nmountpoint=/mnt/twin\nstate=/y\n"
+           "since=2026-01-01T00:00:00Z\n";
+  };
+  spit(m.bpath(".fencefs/owner"), marker("0123456789abcdef0123456789abcdef"));
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("another host's fencefs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("machine id 0123456789abcdef0123456789abcdef"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(m.bpath(".fencefs/owner")).find("/mnt/twin"), std::string::npos);
+
+  spit(m.bpath(".fencefs/owner"), marker(mid));  // this machine, an earlier boot: gone
+  Daemon t = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/3.log");
+  EXPECT_EQ(t.status, kMounted) << t.out;
+  EXPECT_NE(t.out.find("was last served by pid 4242"), std::string::npos) << t.out;
+}
+
 TEST(OneDaemon, MarkerOfALiveProcessOnThisHostRefuses) {
   // The lock is free but the marker names a process of this boot that still runs (here: this
   // test): a copied or restored marker must not let a second daemon in.
