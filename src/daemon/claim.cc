@@ -74,18 +74,18 @@ std::string unescape(std::string_view v) {
 
 enum class Lock { Taken, Busy, Error };
 
-// Opens PATH (creating it when missing) and takes an exclusive OFD lock on it without waiting.
-// Retries when the file was replaced between open and lock, so the lock is on the file the path
-// names.
-Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string* error,
-               short type = F_WRLCK) {
+// Opens NAME in directory DIRFD (creating it when missing) and takes an exclusive OFD lock on it
+// without waiting. Retries when the file was replaced between open and lock, so the lock is on
+// the file the name names. PATH names it in messages.
+Lock lock_file(int dirfd, const std::string& name, const std::string& path, int* fd_out,
+               bool* created, std::string* error, short type = F_WRLCK) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     *created = false;
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = openat(dirfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd >= 0) {
       *created = true;
     } else if (errno == EEXIST) {
-      fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+      fd = openat(dirfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
       if (fd < 0 && errno == ENOENT) continue;
     }
     if (fd < 0) {
@@ -106,8 +106,8 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
       return Lock::Error;
     }
     struct stat a, b;
-    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
-        a.st_dev == b.st_dev) {
+    if (fstat(fd, &a) == 0 && fstatat(dirfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+        a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
       *fd_out = fd;
       return Lock::Taken;
     }
@@ -117,15 +117,31 @@ Lock lock_file(const std::string& path, int* fd_out, bool* created, std::string*
   return Lock::Error;
 }
 
+// Overwrites, then cuts: a daemon starting meanwhile never reads an empty marker (a free
+// backing) while one is being rewritten.
 bool write_all(int fd, const std::string& text) {
-  if (ftruncate(fd, 0) != 0) return false;
   size_t off = 0;
   while (off < text.size()) {
     ssize_t n = pwrite(fd, text.data() + off, text.size() - off, static_cast<off_t>(off));
     if (n <= 0) return false;
     off += static_cast<size_t>(n);
   }
-  return fsync(fd) == 0;
+  return ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
+}
+
+// BACKING/.fencefs, opened without following a link (what is then created in it is created
+// through this fd). -1 with the reason in *error.
+int open_marker_dir(const std::string& dir, std::string* error) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    *error = errno == ELOOP || errno == ENOTDIR
+                 ? fmt::format(
+                       "{} is not a directory (a symbolic link?): fencefs keeps its owner "
+                       "marker, and by default its state, there and follows no link to it; "
+                       "remove it",
+                       dir)
+                 : fmt::format("{}: {}", dir, common::errstr(errno));
+  return fd;
 }
 
 std::string who(int fd) {
@@ -138,9 +154,10 @@ std::string who(int fd) {
 std::string Owner::encode() const {
   return (cluster.empty() ? "" : "cluster=" + escape(cluster) + "\n") +
          fmt::format(
-             "host={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\nstate={}\nsince={}\n",
-             escape(host), escape(boot_id), pid, start_time, escape(mountpoint), escape(state),
-             escape(since));
+             "host={}\nmachine_id={}\nboot_id={}\npid={}\nstart_time={}\nmountpoint={}\n"
+             "state={}\nsince={}\n",
+             escape(host), escape(machine_id), escape(boot_id), pid, start_time, escape(mountpoint),
+             escape(state), escape(since));
 }
 
 std::optional<Owner> Owner::decode(const std::string& text) {
@@ -158,6 +175,7 @@ std::optional<Owner> Owner::decode(const std::string& text) {
     any = true;
     if (k == "host") o.host = unescape(v);
     if (k == "boot_id") o.boot_id = unescape(v);
+    if (k == "machine_id") o.machine_id = unescape(v);
     if (k == "mountpoint") o.mountpoint = unescape(v);
     if (k == "state") o.state = unescape(v);
     if (k == "since") o.since = unescape(v);
@@ -182,6 +200,7 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   Owner o;
   o.host = hostname();
   o.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+  o.machine_id = first_line("/etc/machine-id");
   o.pid = getpid();
   if (auto st = proc::read_stat(o.pid)) o.start_time = st->start_time;
   o.mountpoint = mountpoint;
@@ -203,9 +222,19 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   bool created = false;
   int fd = -1;
 
+  // BACKING/.fencefs is also the default state directory: refuse a link there before the state
+  // lock is created through it.
+  std::string dir = req.backing + "/.fencefs";
+  struct stat st {};
+  if (lstat(dir.c_str(), &st) == 0) {
+    int dfd = open_marker_dir(dir, error);
+    if (dfd < 0) return nullptr;
+    close(dfd);
+  }
+
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
-  switch (lock_file(state_lock, &fd, &created, error)) {
+  switch (lock_file(AT_FDCWD, state_lock, state_lock, &fd, &created, error)) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
@@ -221,7 +250,6 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   }
 
   // The backing: its marker directory is BACKING/.fencefs, never visible through a mount.
-  std::string dir = req.backing + "/.fencefs";
   if (mkdir(dir.c_str(), 0700) == 0) {
     c->created_marker_dir_ = true;
   } else if (errno != EEXIST) {
@@ -229,10 +257,18 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     c->abandon();
     return nullptr;
   }
+  // Whoever may write BACKING's root could have put a link here: root would then write (and by
+  // default keep the state) wherever it points. Opened without following, checked, used by fd.
+  c->marker_dir_fd_ = open_marker_dir(dir, error);
+  if (c->marker_dir_fd_ < 0) {
+    c->abandon();
+    return nullptr;
+  }
   // Cluster members share the backing by design: each holds a read lock, which excludes a
   // daemon outside cluster mode (a write lock) and is excluded by one.
   const bool shared = !req.cluster.empty();
-  switch (lock_file(dir + "/owner", &fd, &created, error, shared ? F_RDLCK : F_WRLCK)) {
+  switch (lock_file(c->marker_dir_fd_, "owner", dir + "/owner", &fd, &created, error,
+                    shared ? F_RDLCK : F_WRLCK)) {
     case Lock::Error:
       c->abandon();
       return nullptr;
@@ -242,6 +278,13 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
             "backing {} is served by a fencefs daemon outside cluster mode ({}); unmount it "
             "before mounting the backing as a cluster member",
             req.backing, who(fd));
+      } else if (auto o = Owner::decode(slurp_fd(fd)); o && !o->cluster.empty()) {
+        // Members hold read locks: "one daemon" would send the operator after a single mount.
+        *error = fmt::format(
+            "backing {} is served by members of fencefs {}; a daemon outside cluster mode does "
+            "not fence with them: mount it as a member (-o cluster={},etcd=...), or unmount "
+            "every member on this host first",
+            req.backing, o->describe(), o->cluster);
       } else {
         *error = fmt::format(
             "backing {} is already served by a fencefs daemon ({}); a backing is served by one "
@@ -262,19 +305,27 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     c->abandon();
     return nullptr;
   }
-  auto found = Owner::decode(c->previous_text_);
-  if (shared && !(found && found->cluster == req.cluster)) {
-    Owner me = self_owner(req.mountpoint, req.state);
-    me.cluster = req.cluster;
-    c->written_text_ = me.encode();
-    if (!write_all(fd, c->written_text_)) {
-      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
-      c->abandon();
-      return nullptr;
-    }
-    c->wrote_shared_marker_ = true;
+  // A member writes its own marker even over a fellow member's: a member that fails later
+  // restores what it found only while its own marker is still there, so it never empties the
+  // marker of a member that started meanwhile and serves.
+  if (shared && !c->write_shared_marker(error)) {
+    c->abandon();
+    return nullptr;
   }
   return c;
+}
+
+bool Claim::write_shared_marker(std::string* error) {
+  Owner me = self_owner(req_.mountpoint, req_.state);
+  me.cluster = req_.cluster;
+  std::string text = me.encode();
+  if (!write_all(shared_owner_fd_, text)) {
+    *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
+    return false;
+  }
+  written_text_ = std::move(text);
+  wrote_shared_marker_ = true;
+  return true;
 }
 
 // long: one decision per kind of marker (none, unreadable, a cluster's, a single owner's on
@@ -306,7 +357,11 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
   }
   previous_ = prev;
   Owner me = self_owner(req.mountpoint, req.state);
-  if (prev->host == me.host && prev->boot_id == me.boot_id) {
+  // Host names repeat (cloned machines, containers): a machine id, where both markers have one,
+  // tells another machine of that name from this one's earlier boot.
+  bool same_host = prev->host == me.host && (prev->machine_id.empty() || me.machine_id.empty() ||
+                                             prev->machine_id == me.machine_id);
+  if (same_host && prev->boot_id == me.boot_id) {
     auto st = proc::read_stat(prev->pid);
     if (st && st->start_time == prev->start_time && prev->pid != me.pid) {
       *error = fmt::format(
@@ -317,32 +372,31 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
     }
     return true;  // that daemon is gone (killed or crashed): its marker is stale
   }
-  if (prev->host == me.host || req.takeover) return true;  // an earlier boot, or taken over
+  if (same_host || req.takeover) return true;  // an earlier boot, or taken over
   *error = fmt::format(
-      "backing {} is marked as served by another host's fencefs ({}). Two daemons on one "
+      "backing {} is marked as served by another host's fencefs ({}{}). Two daemons on one "
       "backing do not fence each other. If that mount is gone (host down, daemon killed), "
       "mount with -o takeover",
-      req.backing, prev->describe());
+      req.backing, prev->describe(),
+      prev->host == me.host ? "; a machine of this host's name with machine id " + prev->machine_id
+                            : std::string());
   return false;
 }
 
 Claim::~Claim() {
+  if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (state_fd_ >= 0) close(state_fd_);
   if (owner_fd_ >= 0) close(owner_fd_);
 }
 
 bool Claim::publish(std::string* error) {
-  Owner me = self_owner(req_.mountpoint, req_.state);
-  std::string text = me.encode();
-  if (wrote_shared_marker_) {  // the cluster's marker names the member that wrote it
-    me.cluster = req_.cluster;
-    written_text_ = me.encode();
-    if (!write_all(shared_owner_fd_, written_text_)) {
-      *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
-      return false;
-    }
-  }
+  // A member's marker names the daemon after it detached, unless another member wrote it since.
+  auto mine = Owner::decode(written_text_);
+  if (wrote_shared_marker_ && mine && mine->pid != getpid() &&
+      slurp_fd(shared_owner_fd_) == written_text_ && !write_shared_marker(error))
+    return false;
+  std::string text = self_owner(req_.mountpoint, req_.state).encode();
   for (int fd : {owner_fd_, state_fd_}) {
     if (fd >= 0 && !write_all(fd, text)) {
       *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
@@ -364,7 +418,7 @@ void Claim::release() {
 void Claim::abandon() {
   std::string dir = req_.backing + "/.fencefs";
   // Unlinked while still locked, so nobody else locks a file about to disappear unnoticed.
-  if (created_owner_) unlink((dir + "/owner").c_str());
+  if (created_owner_ && marker_dir_fd_ >= 0) unlinkat(marker_dir_fd_, "owner", 0);
   if (created_state_lock_) unlink((req_.state + "/lock").c_str());
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
@@ -372,7 +426,7 @@ void Claim::abandon() {
   if (wrote_shared_marker_ && shared_owner_fd_ >= 0 && slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
-  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_}) {
+  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }

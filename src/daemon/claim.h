@@ -20,6 +20,7 @@ namespace fencefs::daemon {
 // Who holds (or last held) a backing, as written in the marker.
 struct Owner {
   std::string host;
+  std::string machine_id;  // /etc/machine-id: tells machines of one host name apart
   std::string boot_id;
   pid_t pid = 0;
   uint64_t start_time = 0;  // /proc/PID/stat field 22: with pid, one process
@@ -65,10 +66,12 @@ class Claim {
  private:
   Claim() = default;
   bool check_marker(const std::string& text, std::string* error);
+  bool write_shared_marker(std::string* error);  // a cluster member's marker naming this process
   Request req_;
   int state_fd_ = -1;
   int owner_fd_ = -1;
   int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
+  int marker_dir_fd_ = -1;    // BACKING/.fencefs, opened without following a link
   bool created_state_lock_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;

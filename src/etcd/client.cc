@@ -167,8 +167,11 @@ struct Client::Impl {
           return {Status::kTimeout, "timed out at " + ep};
         if (rc != CURLE_OK) {
           last_error = ep + ": " + (detail[0] ? detail : curl_easy_strerror(rc));
-          if (ep.rfind("https://", 0) == 0 && o.cert.empty() && rc != CURLE_COULDNT_CONNECT &&
-              rc != CURLE_OPERATION_TIMEDOUT)
+          // A server wanting a client certificate breaks the handshake or the first reply; a
+          // name that does not resolve or a server certificate that fails is another matter.
+          bool broke = rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_RECV_ERROR ||
+                       rc == CURLE_SEND_ERROR || rc == CURLE_GOT_NOTHING;
+          if (ep.rfind("https://", 0) == 0 && o.cert.empty() && broke)
             last_error += " (no client certificate was given: etcd may require one)";
           continue;  // not reached or the connection broke: the next endpoint
         }

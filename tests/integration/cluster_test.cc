@@ -878,3 +878,85 @@ TEST_F(ClusterTest, OwnerMarkerKeepsOtherDaemonsOffTheClustersBacking) {
     untrack_mount(single_mnt);
   }
 }
+
+// A member that fails after a fellow member started meanwhile (here: its etcd is unreachable,
+// found only after it claimed the backing) must not take the cluster's marker away from the
+// member that serves: on a host whose locks do not reach here, an empty marker would let a
+// daemon outside the cluster mount the backing beside it.
+TEST_F(ClusterTest, AFailingMemberLeavesTheMarkerOfAMemberServingMeanwhile) {
+  Etcd& etcd = this->etcd(1);
+  std::string marker = bpath(".fencefs/owner");
+  nodes_.push_back(
+      std::make_unique<Node>(root_, backing_, "failing", "cluster=c1,etcd=127.0.0.1:1"));
+  Node& failing = *nodes_.back();
+  std::atomic<int> failed{0};
+  std::thread t([&] { failed = failing.start(); });
+  auto deadline = Clock::now() + 10s;
+  while (slurp(marker).find("mountpoint=" + failing.mnt() + "\n") == std::string::npos &&
+         Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_NE(slurp(marker).find("mountpoint=" + failing.mnt() + "\n"), std::string::npos)
+      << slurp(marker);
+  Node& m2 = node("m2", etcd.endpoints());
+  // The failing member gives up only after its etcd calls time out (5 s): still trying here.
+  EXPECT_EQ(failing.log().find("etcd unreachable"), std::string::npos) << failing.log();
+  t.join();
+  EXPECT_EQ(failed.load(), 1) << failing.log();
+  EXPECT_NE(failing.log().find("etcd unreachable"), std::string::npos) << failing.log();
+  std::string left = slurp(marker);
+  EXPECT_NE(left.find("cluster=c1\n"), std::string::npos) << left;
+  EXPECT_NE(left.find("mountpoint=" + m2.mnt() + "\n"), std::string::npos) << left;
+}
+
+// A member detached into the background (no -f) names the daemon in the marker, not the process
+// that started it and exited.
+TEST_F(ClusterTest, MarkerNamesTheDetachedMember) {
+  Etcd& etcd = this->etcd(1);
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  std::string mnt = root_ + "/bg", pidfile = root_ + "/bg.pid";
+  mkdir(mnt.c_str(), 0755);
+  int st = -1;
+  std::string out = sh_out(std::string(FENCEFS_BIN) + " -o state=" + root_ +
+                               "/bg.state,member=bg,cluster=c1,etcd=" + eps +
+                               ",pidfile=" + pidfile + " " + backing_ + " " + mnt + " 2>&1",
+                           &st);
+  ASSERT_EQ(st, 0) << out;
+  track_mount(mnt);
+  // The starting process exits before the daemon writes its pid file and marker: wait for them.
+  std::string pid, marker;
+  for (auto until = Clock::now() + 10s; Clock::now() < until; std::this_thread::sleep_for(10ms)) {
+    pid = slurp(pidfile);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    marker = slurp(bpath(".fencefs/owner"));
+    if (!pid.empty() && marker.find("\npid=" + pid + "\n") != std::string::npos) break;
+  }
+  ASSERT_FALSE(pid.empty()) << "no pid file";
+  EXPECT_NE(marker.find("cluster=c1\n"), std::string::npos) << marker;
+  EXPECT_NE(marker.find("\npid=" + pid + "\n"), std::string::npos)
+      << "daemon " << pid << ": " << marker;
+  EXPECT_EQ(sh("fusermount3 -u " + mnt), 0);
+  untrack_mount(mnt);
+  pid_t daemon = static_cast<pid_t>(std::stol(pid));
+  for (auto until = Clock::now() + 20s; kill(daemon, 0) == 0 && Clock::now() < until;)
+    std::this_thread::sleep_for(10ms);  // it leaves the cluster before etcd goes
+}
+
+// A daemon outside cluster mode finding members serving the backing here is told it is a
+// cluster's backing, and how to join it, not that "one daemon" serves it.
+TEST_F(ClusterTest, DaemonOutsideTheClusterIsToldMembersServeTheBacking) {
+  Etcd& etcd = this->etcd(1);
+  Node& m1 = node("m1", etcd.endpoints());
+  std::string mnt = root_ + "/single";
+  mkdir(mnt.c_str(), 0755);
+  int st = -1;
+  std::string out = sh_out(std::string(FENCEFS_BIN) + " -o state=" + root_ + "/single.state " +
+                               backing_ + " " + mnt + " 2>&1",
+                           &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("is served by members of fencefs cluster c1"), std::string::npos) << out;
+  EXPECT_NE(out.find("cluster=c1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("served by one daemon"), std::string::npos) << out;
+  EXPECT_NE(slurp(bpath(".fencefs/owner")).find("mountpoint=" + m1.mnt() + "\n"),
+            std::string::npos);
+}

@@ -437,5 +437,29 @@ TEST(EtcdCluster, LeaderKilledWhileHeldNeverTwoOwners) {
   e.start(leader);
 }
 
+// The hint about a missing client certificate comes only with a failure a server refusing one
+// causes (the handshake or the reply broke), not with one it cannot have caused.
+TEST(EtcdRun, NoCertificateHintOnlyWhereTheServerMayHaveRefused) {
+  Mount m;
+  Etcd e(1, true);
+  Scratch s;
+  auto run = [&](const std::string& endpoint, const std::string& cacert, int* st) {
+    return sh_out(kCtl + " run --mount '" + m.mnt() + "' --domain / --etcd " + endpoint +
+                      " --lock t --ttl 3 --cacert '" + cacert + "' -- touch " + s.p("ran") +
+                      " 2>&1",
+                  st);
+  };
+  int st = -1;
+  std::string err = run("https://no-such-host.invalid:2379", e.cacert(), &st);
+  EXPECT_EQ(kLockService, st);
+  EXPECT_NE(err.find("resolve"), std::string::npos) << err;
+  EXPECT_EQ(err.find("no client certificate"), std::string::npos) << err;
+  // A CA that did not sign etcd's certificate: the server's certificate is what failed.
+  err = run(e.endpoints(), e.client_cert(), &st);
+  EXPECT_EQ(kLockService, st);
+  EXPECT_EQ(err.find("no client certificate"), std::string::npos) << err;
+  EXPECT_FALSE(exists(s.p("ran")));
+}
+
 }  // namespace
 }  // namespace fencefs::testing

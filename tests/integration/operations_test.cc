@@ -161,6 +161,29 @@ TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
   EXPECT_FALSE(exists(backing2 + "/.fencefs")) << "a refused mount left a marker in BACKING";
 }
 
+// Whoever may write BACKING's root natively could put a link at BACKING/.fencefs: the daemon,
+// as root, would create its marker and (by default) its state wherever the link points, and
+// truncate files named like them there. Refused, and nothing is written through the link.
+TEST(OneDaemon, ALinkAsBackingFencefsIsRefusedAndNotFollowed) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", elsewhere = t.path + "/etc";
+  for (auto& d : {backing, mnt, elsewhere}) ::mkdir(d.c_str(), 0755);
+  spit(elsewhere + "/owner", "precious\n");
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (backing + "/.fencefs").c_str()), 0);
+  std::string before = listing(elsewhere);
+  Daemon r = run_fencefs({backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(backing + "/.fencefs is not a directory (a symbolic link?)"),
+            std::string::npos)
+      << r.out;
+  Daemon r2 =
+      run_fencefs({"-o", "state=" + t.path + "/state", backing, mnt}, mnt, t.path + "/2.log");
+  EXPECT_EQ(r2.status, 1) << r2.out;
+  EXPECT_NE(r2.out.find("is not a directory (a symbolic link?)"), std::string::npos) << r2.out;
+  EXPECT_EQ(listing(elsewhere), before);
+  EXPECT_EQ(slurp(elsewhere + "/owner"), "precious\n");
+}
+
 TEST(OneDaemon, AfterACleanUnmountANewDaemonMounts) {
   Mount m;
   ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
@@ -205,6 +228,34 @@ TEST(OneDaemon, MarkerOfAnotherHostRefusesUnlessTakeover) {
   Daemon t = run_fencefs({"-o", "takeover", m.backing(), m.mnt()}, m.mnt(), m.root() + "/3.log");
   EXPECT_EQ(t.status, kMounted) << t.out;
   EXPECT_NE(t.out.find("other-host.example"), std::string::npos) << t.out;
+}
+
+// Host names repeat (cloned machines, containers): a marker of this host's name but another
+// machine id is another host's, not an earlier boot of this one; with this machine's id it is.
+TEST(OneDaemon, MarkerOfAnotherMachineWithThisHostNameRefusesUnlessTakeover) {
+  Mount m;
+  ASSERT_EQ(m.unmount(), 0);
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  std::string mid = slurp("/etc/machine-id");
+  mid.erase(mid.find_last_not_of("\n") + 1);
+  ASSERT_FALSE(mid.empty());
+  auto marker = [&](const std::string& machine) {
+    return std::string("host=") + host + "\nmachine_id=" + machine +
+           "\nboot_id=0\npid=4242\nstart_time=1\nmountpoint=/mnt/twin\nstate=/y\n"
+           "since=2026-01-01T00:00:00Z\n";
+  };
+  spit(m.bpath(".fencefs/owner"), marker("0123456789abcdef0123456789abcdef"));
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("another host's fencefs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("machine id 0123456789abcdef0123456789abcdef"), std::string::npos) << r.out;
+  EXPECT_NE(slurp(m.bpath(".fencefs/owner")).find("/mnt/twin"), std::string::npos);
+
+  spit(m.bpath(".fencefs/owner"), marker(mid));  // this machine, an earlier boot: gone
+  Daemon t = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/3.log");
+  EXPECT_EQ(t.status, kMounted) << t.out;
+  EXPECT_NE(t.out.find("was last served by pid 4242"), std::string::npos) << t.out;
 }
 
 TEST(OneDaemon, MarkerOfALiveProcessOnThisHostRefuses) {
