@@ -184,6 +184,32 @@ TEST(OneDaemon, ALinkAsBackingFencefsIsRefusedAndNotFollowed) {
   EXPECT_EQ(slurp(elsewhere + "/owner"), "precious\n");
 }
 
+// Root creates, opens and truncates files by name in the state directory: one that another user
+// owns, or that group or others may write, is refused before anything is made in it.
+TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", state = backing + "/.fencefs";
+  for (auto& d : {backing, mnt, state}) ::mkdir(d.c_str(), 0755);
+  ASSERT_EQ(::chown(state.c_str(), 65534, 65534), 0);
+  Daemon r = run_fencefs({backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + state + " is owned by uid 65534 with mode 755"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(sh_out("ls -A '" + state + "'"), "");
+
+  ASSERT_EQ(::chown(state.c_str(), 0, 0), 0);
+  ASSERT_EQ(::chmod(state.c_str(), 01777), 0);
+  Daemon r2 = run_fencefs({backing, mnt}, mnt, t.path + "/2.log");
+  EXPECT_EQ(r2.status, 1) << r2.out;
+  EXPECT_NE(r2.out.find("with mode 1777"), std::string::npos) << r2.out;
+  EXPECT_EQ(sh_out("ls -A '" + state + "'"), "");
+
+  ASSERT_EQ(::chmod(state.c_str(), 0700), 0);
+  Daemon r3 = run_fencefs({backing, mnt}, mnt, t.path + "/3.log");
+  EXPECT_EQ(r3.status, kMounted) << r3.out;
+}
+
 TEST(OneDaemon, AfterACleanUnmountANewDaemonMounts) {
   Mount m;
   ASSERT_EQ(write_as(m, 3, "f", "x"), 0);
