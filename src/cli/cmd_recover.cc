@@ -44,6 +44,7 @@
 #include "fence/stamp.h"
 #include "journal/file_layer.h"
 #include "journal/journal.h"
+#include "journal/state_files.h"
 
 namespace fencefs::cli {
 namespace {
@@ -94,6 +95,26 @@ std::vector<std::string> state_holders(const std::string& dir, bool* incomplete)
   return out;
 }
 
+// What recover --json prints when it did not start.
+void print_refusal_json(const std::string& dir, uint64_t floor, bool in_use, int err,
+                        const char* name, const std::vector<std::string>& report) {
+  std::string out;
+  common::JsonWriter w(&out);
+  w.begin_object()
+      .member("state", dir)
+      .member("floor", floor)
+      .member("ok", false)
+      .member("in_use", in_use)
+      .member("errno", err)
+      .member("error", name)
+      .key("report")
+      .begin_array();
+  for (auto& r : report) w.value(r);
+  w.end_array().key("domains").begin_array().end_array();
+  w.key("warnings").begin_array().end_array().end_object();
+  std::cout << out << "\n";
+}
+
 // Whether a mount or a process uses the state directory; if so, says who (false when free).
 bool in_use(const std::string& dir, uint64_t floor, bool as_json, bool* incomplete) {
   std::vector<std::string> users;
@@ -104,21 +125,7 @@ bool in_use(const std::string& dir, uint64_t floor, bool as_json, bool* incomple
   for (auto& u : state_holders(dir, incomplete)) users.push_back(u);
   if (users.empty()) return false;
   if (as_json) {
-    std::string out;
-    common::JsonWriter w(&out);
-    w.begin_object()
-        .member("state", dir)
-        .member("floor", floor)
-        .member("ok", false)
-        .member("in_use", true)
-        .member("errno", EBUSY)
-        .member("error", "EBUSY")
-        .key("report")
-        .begin_array();
-    for (auto& u : users) w.value(u);
-    w.end_array().key("domains").begin_array().end_array();
-    w.key("warnings").begin_array().end_array().end_object();
-    std::cout << out << "\n";
+    print_refusal_json(dir, floor, true, EBUSY, "EBUSY", users);
   } else {
     fail("recover: " + dir + " is in use; unmount fencefs first:");
     for (auto& u : users) std::cerr << "  " << u << "\n";
@@ -211,6 +218,14 @@ int cmd_recover(const Args& args) {
   // Never under a running daemon: it would overwrite the recovered state with its own.
   bool incomplete = false;
   if (in_use(dir, floor, as_json, &incomplete)) return exit_code::kFailed;
+  // It writes there as root, by name, as the daemon does.
+  if (std::string why; !journal::state_dir_is_private(dir, &why)) {
+    if (as_json)
+      print_refusal_json(dir, floor, false, EPERM, "EPERM", {why});
+    else
+      fail("recover: " + why);
+    return exit_code::kFailed;
+  }
 
   std::string report;
   int rc = journal::recover_offline(dir, floor, journal::posix_file_layer(), &report);

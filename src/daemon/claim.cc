@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/proc.h"
+#include "journal/state_files.h"
 
 namespace fencefs::daemon {
 namespace {
@@ -144,45 +145,6 @@ int open_marker_dir(const std::string& dir, std::string* error) {
   return fd;
 }
 
-// Root opens, creates and truncates files in the state directory by name: someone else who
-// may write it could point those names at any file on the host. It must be this daemon's (as
-// the storage sees it: a probe file made in it tells, which NFS root_squash maps to nobody) and
-// writable by nobody else.
-bool state_dir_is_ours(const std::string& state, std::string* error) {
-  int dfd = open(state.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) {
-    *error = fmt::format("state directory {}: {}", state, common::errstr(errno));
-    return false;
-  }
-  struct stat ds {
-  }, ps{};
-  std::string probe = fmt::format(".owner-probe.{}", getpid());
-  int pfd = -1;
-  bool ok = fstat(dfd, &ds) == 0 &&
-            (pfd = openat(dfd, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                          0600)) >= 0 &&
-            fstat(pfd, &ps) == 0;
-  int err = errno;
-  if (pfd >= 0) {
-    close(pfd);
-    unlinkat(dfd, probe.c_str(), 0);
-  }
-  close(dfd);
-  if (!ok) {
-    *error = fmt::format("state directory {}: {}", state, common::errstr(err));
-    return false;
-  }
-  if (ds.st_uid != ps.st_uid || (ds.st_mode & (S_IWGRP | S_IWOTH))) {
-    *error = fmt::format(
-        "state directory {} is owned by uid {} with mode {:o}; it must be this daemon's (uid {}) "
-        "and writable by nobody else, or whoever may write it could make root write through a "
-        "link placed there: chown {} it and chmod go-w it, or choose another state=",
-        state, ds.st_uid, ds.st_mode & 07777, ps.st_uid, ps.st_uid);
-    return false;
-  }
-  return true;
-}
-
 std::string who(int fd) {
   auto o = Owner::decode(slurp_fd(fd));
   return o ? o->describe() : "an unknown process";
@@ -271,7 +233,7 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     close(dfd);
   }
 
-  if (!state_dir_is_ours(req.state, error)) return nullptr;
+  if (!journal::state_dir_is_private(req.state, error)) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
   switch (lock_file(AT_FDCWD, state_lock, state_lock, &fd, &created, error)) {

@@ -1,5 +1,12 @@
 #include "journal/state_files.h"
 
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/error.h"
+
 namespace fencefs::journal {
 namespace {
 
@@ -55,6 +62,41 @@ std::string journal_header(const format::Incarnation& inc, uint64_t generation, 
   h.incarnation = inc;
   h.generation = generation;
   return format::encode_header(format::FileKind::kJournal, h, chain);
+}
+
+bool state_dir_is_private(const std::string& state, std::string* error) {
+  int dfd = open(state.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) {
+    *error = fmt::format("state directory {}: {}", state, common::errstr(errno));
+    return false;
+  }
+  struct stat ds {
+  }, ps{};
+  std::string probe = fmt::format(".owner-probe.{}", getpid());
+  int pfd = -1;
+  bool ok = fstat(dfd, &ds) == 0 &&
+            (pfd = openat(dfd, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                          0600)) >= 0 &&
+            fstat(pfd, &ps) == 0;
+  int err = errno;
+  if (pfd >= 0) {
+    close(pfd);
+    unlinkat(dfd, probe.c_str(), 0);
+  }
+  close(dfd);
+  if (!ok) {
+    *error = fmt::format("state directory {}: {}", state, common::errstr(err));
+    return false;
+  }
+  if (ds.st_uid != ps.st_uid || (ds.st_mode & (S_IWGRP | S_IWOTH))) {
+    *error = fmt::format(
+        "state directory {} is owned by uid {} with mode {:o}; it must be this daemon's (uid {}) "
+        "and writable by nobody else, or whoever may write it could make root write through a "
+        "link placed there: chown {} it and chmod go-w it, or choose another state=",
+        state, ds.st_uid, ds.st_mode & 07777, ps.st_uid, ps.st_uid);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace fencefs::journal

@@ -12,6 +12,11 @@ namespace fencefs::journal {
 
 std::string parent_dir(const std::string& dir);
 
+// Root creates, opens and truncates files in a state directory by name: it must belong to this
+// process as the storage sees it (NFS root_squash maps root to nobody: a probe file made in it
+// tells) and be writable by nobody else. False with the reason, naming the fix, in *error.
+bool state_dir_is_private(const std::string& dir, std::string* error);
+
 struct Paths {
   explicit Paths(const std::string& d);
   std::string dir, snapshot, journal, snapshot_tmp, journal_tmp;

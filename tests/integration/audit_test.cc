@@ -1203,6 +1203,31 @@ TEST(FencectlRecover, RefusesWhileMountedThenRaisesEveryDomain) {
   EXPECT_EQ(200, st);  // usage error
 }
 
+// recover writes the state's files as root, by name: a state directory that group or others may
+// write is refused, as the daemon refuses it, and nothing in it changes.
+TEST(FencectlRecover, RefusesAStateDirectoryOthersMayWrite) {
+  Mount m;
+  ASSERT_EQ(0, write_file(m, 3, "f", "x"));
+  ASSERT_EQ(0, m.unmount());
+  std::string dir = state_dir(m);
+  std::string before = sh_out("cd '" + dir + "' && md5sum * | sort");
+  ASSERT_EQ(0, chmod(dir.c_str(), 0777));
+  std::string args = "recover --state '" + dir + "' --floor 9";
+  int st;
+  std::string out = sh_out(ctl_cmd(args + " 2>&1"), &st);
+  EXPECT_EQ(215, st);  // exit_code::kFailed
+  EXPECT_NE(std::string::npos, out.find("with mode 777")) << out;
+  auto v = ctl_json(args + " --json", &st);
+  EXPECT_EQ(215, st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ("false", S(*v, "ok"));
+  EXPECT_EQ("EPERM", S(*v, "error"));
+  EXPECT_EQ(before, sh_out("cd '" + dir + "' && md5sum * | sort"));
+  ASSERT_EQ(0, chmod(dir.c_str(), 0700));
+  sh_out(ctl_cmd(args), &st);
+  EXPECT_EQ(0, st);
+}
+
 // --- Metrics -------------------------------------------------------------------------------------
 
 TEST(MetricsValidator, AcceptsValidAndRejectsInvalid) {
