@@ -130,7 +130,8 @@ const std::vector<CommandSpec>& commands() {
          "token any owner may hold)"},
         {"backing", 'b', "B", "BACKING, to raise the floor to its highest file stamp"},
         {"json", 0, nullptr, "print the report as JSON"}},
-       "Refused while a daemon uses the state.\n"},
+       "Refused while a daemon uses the state, and when others may write it (root writes "
+       "there).\n"},
       {"run", "", "", lock_options(), "", kRunHelp, true},
       {"lease", "", "", lock_options(), "", kLeaseHelp},
   };
