@@ -130,18 +130,20 @@ bool write_all(int fd, const std::string& text) {
   return ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
 }
 
+std::string not_a_directory(const std::string& dir) {
+  return fmt::format(
+      "{} is not a directory (a symbolic link?): fencefs keeps its owner marker, and by default "
+      "its state, there and follows no link to it; remove it",
+      dir);
+}
+
 // BACKING/.fencefs, opened without following a link (what is then created in it is created
 // through this fd). -1 with the reason in *error.
 int open_marker_dir(const std::string& dir, std::string* error) {
   int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0)
-    *error = errno == ELOOP || errno == ENOTDIR
-                 ? fmt::format(
-                       "{} is not a directory (a symbolic link?): fencefs keeps its owner "
-                       "marker, and by default its state, there and follows no link to it; "
-                       "remove it",
-                       dir)
-                 : fmt::format("{}: {}", dir, common::errstr(errno));
+    *error = errno == ELOOP || errno == ENOTDIR ? not_a_directory(dir)
+                                                : fmt::format("{}: {}", dir, common::errstr(errno));
   return fd;
 }
 
@@ -226,11 +228,9 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   // BACKING/.fencefs is also the default state directory: refuse a link there before the state
   // lock is created through it.
   std::string dir = req.backing + "/.fencefs";
-  struct stat st {};
-  if (lstat(dir.c_str(), &st) == 0) {
-    int dfd = open_marker_dir(dir, error);
-    if (dfd < 0) return nullptr;
-    close(dfd);
+  if (struct stat st{}; lstat(dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode)) {
+    *error = not_a_directory(dir);
+    return nullptr;
   }
 
   if (!journal::state_dir_is_private(req.state, error)) return nullptr;
@@ -326,7 +326,6 @@ bool Claim::write_shared_marker(std::string* error) {
     return false;
   }
   written_text_ = std::move(text);
-  wrote_shared_marker_ = true;
   return true;
 }
 
@@ -395,8 +394,8 @@ Claim::~Claim() {
 bool Claim::publish(std::string* error) {
   // A member's marker names the daemon after it detached, unless another member wrote it since.
   auto mine = Owner::decode(written_text_);
-  if (wrote_shared_marker_ && mine && mine->pid != getpid() &&
-      slurp_fd(shared_owner_fd_) == written_text_ && !write_shared_marker(error))
+  if (mine && mine->pid != getpid() && slurp_fd(shared_owner_fd_) == written_text_ &&
+      !write_shared_marker(error))
     return false;
   std::string text = self_owner(req_.mountpoint, req_.state).encode();
   for (int fd : {owner_fd_, state_fd_}) {
@@ -425,7 +424,8 @@ void Claim::abandon() {
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
   // Unless a member starting meanwhile wrote it again: that member's marker stays.
-  if (wrote_shared_marker_ && shared_owner_fd_ >= 0 && slurp_fd(shared_owner_fd_) == written_text_)
+  if (!written_text_.empty() && shared_owner_fd_ >= 0 &&
+      slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
   for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_}) {

@@ -77,8 +77,7 @@ class Claim {
   bool created_marker_dir_ = false;
   std::optional<Owner> previous_;
   std::string previous_text_;  // the marker as found, restored by abandon()
-  bool wrote_shared_marker_ = false;
-  std::string written_text_;  // the cluster marker this claim wrote
+  std::string written_text_;   // the cluster marker this claim wrote (empty: none)
 };
 
 }  // namespace fencefs::daemon
