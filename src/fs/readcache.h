@@ -71,8 +71,8 @@ class ReadCache {
     uint64_t next_drop GUARDED_BY(mu) = 0;  // never reused: an erased entry's drop stays unknown
   };
   Stripe& stripe(const Inode& i);
-  std::array<Stripe, 16> stripes_;
-  std::atomic<uint64_t> kept_{0}, dropped_{0};  // stripe() takes the top 4 bits of a hash
+  std::array<Stripe, 16> stripes_;  // stripe() takes the top 4 bits of a hash
+  std::atomic<uint64_t> kept_{0}, dropped_{0};
 };
 
 }  // namespace fencefs::fs
