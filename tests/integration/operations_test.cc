@@ -102,6 +102,17 @@ int write_as(const Mount& m, uint64_t token, const std::string& rel, const std::
 
 // Files, sizes and modification times below DIR (the state included): what a refused mount
 // must leave exactly as it was.
+// A marker's identity fields, as the daemon reads them.
+std::string first_line(const std::string& path) {
+  std::string s = slurp(path);
+  return s.substr(0, s.find('\n'));
+}
+std::string this_host() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return host;
+}
+
 std::string listing(const std::string& dir) {
   return sh_out("cd '" + dir + "' 2>/dev/null && find . -printf '%p %y %s %T@\\n' | sort");
 }
@@ -261,13 +272,10 @@ TEST(OneDaemon, MarkerOfAnotherHostRefusesUnlessTakeover) {
 TEST(OneDaemon, MarkerOfAnotherMachineWithThisHostNameRefusesUnlessTakeover) {
   Mount m;
   ASSERT_EQ(m.unmount(), 0);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::string mid = slurp("/etc/machine-id");
-  mid.erase(mid.find_last_not_of("\n") + 1);
+  std::string mid = first_line("/etc/machine-id");
   ASSERT_FALSE(mid.empty());
   auto marker = [&](const std::string& machine) {
-    return std::string("host=") + host + "\nmachine_id=" + machine +
+    return "host=" + this_host() + "\nmachine_id=" + machine +
            "\nboot_id=0\npid=4242\nstart_time=1\nmountpoint=/mnt/twin\nstate=/y\n"
            "since=2026-01-01T00:00:00Z\n";
   };
@@ -289,15 +297,12 @@ TEST(OneDaemon, MarkerOfALiveProcessOnThisHostRefuses) {
   // test): a copied or restored marker must not let a second daemon in.
   Mount m;
   ASSERT_EQ(m.unmount(), 0);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  std::string boot = slurp("/proc/sys/kernel/random/boot_id");
-  boot.erase(boot.find_last_not_of("\n") + 1);
+  std::string boot = first_line("/proc/sys/kernel/random/boot_id");
   std::string stat = slurp("/proc/self/stat");
   std::istringstream in(stat.substr(stat.rfind(')') + 2));
   std::string field;
   for (int i = 3; i <= 22; i++) in >> field;
-  spit(m.bpath(".fencefs/owner"), std::string("host=") + host + "\nboot_id=" + boot +
+  spit(m.bpath(".fencefs/owner"), "host=" + this_host() + "\nboot_id=" + boot +
                                       "\npid=" + std::to_string(getpid()) +
                                       "\nstart_time=" + field + "\nmountpoint=/x\nstate=/y\n");
   Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
