@@ -146,22 +146,21 @@ void load_domains(journal::StateStore& store, const std::string& backing,
   if (!domains->root()) die("state has no root domain");
 }
 
-// Stamps live in trusted.* xattrs; without them rollback detection is off (said loudly).
-bool backing_has_xattrs(const std::string& state) {
-  bool ok = true;
-  std::string probe = state + "/.xattr-probe";
-  int pfd = open(probe.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
-  if (pfd >= 0) {
-    if (fsetxattr(pfd, "trusted.fencefs.probe", "1", 1, 0) != 0) {
-      ok = false;
-      log::warn(
-          "BACKING does not support trusted.* xattrs ({}): files get no last-epoch "
-          "stamps, so a rolled-back state cannot be detected from them",
-          common::errstr(errno));
-    }
-    close(pfd);
-    unlink(probe.c_str());
-  }
+// Stamps live in trusted.* xattrs of BACKING's files; without them rollback detection is off
+// (said loudly). Probed on BACKING's root: the state directory may be on another filesystem.
+bool backing_has_xattrs(const std::string& backing) {
+  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
+  constexpr const char* kProbe = "trusted.fencefs.probe";
+  bool ok = fsetxattr(fd, kProbe, "1", 1, 0) == 0;
+  if (ok)
+    fremovexattr(fd, kProbe);
+  else
+    log::warn(
+        "BACKING does not support trusted.* xattrs ({}): files get no last-epoch stamps, so a "
+        "rolled-back state cannot be detected from them",
+        common::errstr(errno));
+  close(fd);
   return ok;
 }
 
@@ -374,7 +373,7 @@ int main(int argc, char* argv[]) {
 
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
-  fopts.stamps = backing_has_xattrs(state);
+  fopts.stamps = backing_has_xattrs(backing);
   // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
   fence::Bindings bindings;
   daemon::BindingStore binding_store(state);

@@ -267,3 +267,54 @@ TEST(Durability, HighWaterCopyIsNeverLoweredByAnotherWriter) {
   EXPECT_EQ(hwm, "v1\n/ 7\n/x 2\n/y 1\n");
   sh("rm -rf " + dir);
 }
+
+// Stamps are xattrs of BACKING's files: whether they can be written is a question for BACKING's
+// filesystem, not the state directory's (cluster mode keeps the state on another one). ramfs
+// has no xattrs.
+TEST(Durability, StampsFollowBackingsXattrSupportNotTheStateDirectorys) {
+  std::string ram = temp_dir("ramfs");
+  ASSERT_EQ(0, sh("mount -t ramfs -o mode=0700 fencefs-test-ramfs '" + ram + "'"));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { sh("umount -l '" + dir + "' 2>/dev/null; rmdir '" + dir + "'"); }
+  } cleanup{ram};
+  auto job_writes = [](const Mount& m, const std::string& name) {
+    return as_job(m, 2, [&] {
+      int fd = ::open(m.path(name).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || write(fd, "data", 4) != 4) return 1;
+      return E(::close(fd));
+    });
+  };
+  {  // the state on ramfs, BACKING with xattrs: stamped
+    Mount m({"-o", "state=" + ram + "/state"});
+    ASSERT_TRUE(m.mounted()) << m.daemon_log();
+    ASSERT_EQ(0, job_writes(m, "f"));
+    std::string stamp = xattr(m.bpath("f"), "trusted.fencefs");
+    EXPECT_EQ(0u, stamp.rfind("2 4 ", 0)) << stamp;
+    EXPECT_EQ(std::string::npos, m.daemon_log().find("does not support trusted")) << m.daemon_log();
+  }
+  {  // BACKING on ramfs, the state with xattrs: no stamps, said once at mount, not per file
+    std::string backing, state_root = temp_dir("xstate");
+    struct Remove {
+      const std::string& dir;
+      ~Remove() { sh("rm -rf '" + dir + "'"); }
+    } remove_state{state_root};
+    Mount m({"-o", "state=" + state_root + "/state"}, [&](const std::string& b) {
+      backing = b;
+      sh("mount -t ramfs -o mode=0755 fencefs-test-ramfs '" + b + "'");
+    });
+    struct Unmount {
+      const std::string& dir;
+      ~Unmount() { sh("umount -l '" + dir + "' 2>/dev/null"); }
+    } unmount_backing{backing};
+    ASSERT_TRUE(m.mounted()) << m.daemon_log();
+    ASSERT_EQ(0, job_writes(m, "f"));
+    ASSERT_EQ(0, job_writes(m, "g"));
+    EXPECT_EQ("data", slurp(m.path("g")));
+    EXPECT_EQ(0u, xattr(m.bpath("f"), "trusted.fencefs").rfind("ERR:", 0));
+    std::string log = m.daemon_log();
+    EXPECT_NE(std::string::npos, log.find("BACKING does not support trusted.* xattrs")) << log;
+    EXPECT_EQ(std::string::npos, log.find("cannot stamp")) << log;
+    EXPECT_EQ(0, m.unmount());
+  }
+}
