@@ -13,6 +13,7 @@
 #include <ctime>
 #include <unordered_set>
 
+#include "common/anchored.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -48,7 +49,7 @@ int open_trail(const std::string& path) {
 }  // namespace
 
 int open_regular(const std::string& path, int flags, mode_t mode, struct stat* out) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
+  int fd = common::anchored_open(path, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, mode);
   if (fd < 0) return -1;
   struct stat own;
   struct stat& st = out ? *out : own;
@@ -199,18 +200,18 @@ void Log::rotate_locked() {
     if (name.size() <= strlen(kBase) + 1) continue;
     int k = 0;
     std::from_chars(name.data() + strlen(kBase) + 1, name.data() + name.size(), k);
-    if (k >= opts_.keep) ::unlink(f.c_str());
+    if (k >= opts_.keep) common::anchored_unlink(f);
   }
   int err = 0;
   if (opts_.keep <= 0) {
-    if (::unlink(base.c_str()) != 0) err = errno;
+    if (common::anchored_unlink(base) != 0) err = errno;
   } else {
     for (int i = opts_.keep - 1; i >= 1; --i) {
       std::string from = base + "." + std::to_string(i);
       std::string to = base + "." + std::to_string(i + 1);
-      ::rename(from.c_str(), to.c_str());  // ENOENT for the ones not there yet
+      common::anchored_rename(from, to);  // ENOENT for the ones not there yet
     }
-    if (::rename(base.c_str(), (base + ".1").c_str()) != 0) err = errno;
+    if (common::anchored_rename(base, base + ".1") != 0) err = errno;
   }
   if (err) {
     // Keep appending to the same file rather than retrying on every record.
@@ -342,7 +343,7 @@ Log::Outcome Log::record(const Event& in, const std::function<void(Event&)>& res
 std::vector<std::string> log_files(const std::string& dir) {
   std::vector<std::pair<uint64_t, std::string>> rotated;
   bool have_base = false;
-  if (DIR* d = opendir(dir.c_str())) {
+  if (DIR* d = common::anchored_opendir(dir)) {
     const size_t blen = strlen(kBase);
     while (dirent* ent = readdir(d)) {
       std::string_view name(ent->d_name);

@@ -11,14 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
 #include "cluster/clock.h"
+#include "common/anchored.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -117,9 +118,12 @@ void Cluster::audit(const char* op, const char* decision, const char* reason,
 int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
   std::string file = o_.state_dir + "/cluster";
   std::string local;
-  {
-    std::ifstream in(file);
-    std::getline(in, local);
+  if (int fd = common::anchored_open(file, O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    ::close(fd);
+    local.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    local.resize(std::min(local.size(), local.find('\n')));
   }
   std::optional<etcd::KeyValue> kv;
   etcd::Status s = c.get(prefix_ + "meta", &kv);
@@ -152,22 +156,18 @@ int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
   std::string mine = want + kv->value;
   if (local.empty()) {
     std::string tmp = file + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = common::anchored_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     bool ok = fd >= 0 &&
               ::write(fd, (mine + "\n").data(), mine.size() + 1) ==
                   static_cast<ssize_t>(mine.size() + 1) &&
               ::fsync(fd) == 0;
     if (fd >= 0) ::close(fd);
-    if (!ok || ::rename(tmp.c_str(), file.c_str()) != 0) {
+    if (!ok || common::anchored_rename(tmp, file) != 0) {
       *why = fmt::format("cluster {}: cannot record membership in {}: {}", o_.name, file,
                          common::errstr(errno));
       return EIO;
     }
-    int dfd = ::open(o_.state_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+    common::anchored_sync_dir(o_.state_dir);
   } else if (local != mine) {
     *why = fmt::format(
         "cluster {}: this member's state belongs to '{}' but etcd holds '{}' (another cluster "

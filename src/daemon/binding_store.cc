@@ -10,6 +10,7 @@
 #include <map>
 #include <tuple>
 
+#include "common/anchored.h"
 #include "common/proc.h"
 
 namespace fencefs::daemon {
@@ -69,7 +70,10 @@ BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
   std::map<std::tuple<long long, unsigned long long, unsigned long long>,
            std::map<uint32_t, uint64_t>>
       saved;
-  if (FILE* f = fopen(path_.c_str(), "re")) {
+  int rfd = common::anchored_open(path_, O_RDONLY | O_CLOEXEC);
+  FILE* f = rfd >= 0 ? fdopen(rfd, "re") : nullptr;
+  if (rfd >= 0 && !f) close(rfd);
+  if (f) {
     char line[256];
     bool same_boot = false;
     if (fgets(line, sizeof line, f)) {
@@ -136,12 +140,12 @@ void BindingStore::rewrite_locked(fence::Bindings& bindings) {
     }
   }
   std::string tmp = path_ + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  int fd = common::anchored_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) return;
   bool ok = write(fd, out.data(), out.size()) == static_cast<ssize_t>(out.size());
-  if (!ok || rename(tmp.c_str(), path_.c_str()) != 0) {
+  if (!ok || common::anchored_rename(tmp, path_) != 0) {
     close(fd);
-    unlink(tmp.c_str());
+    common::anchored_unlink(tmp);
     return;
   }
   // The same description, now named by path_, continues as the append log.

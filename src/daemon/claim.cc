@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "common/error.h"
+#include "common/path.h"
 #include "common/proc.h"
 #include "journal/state_files.h"
 
@@ -233,10 +234,14 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     return nullptr;
   }
 
-  if (!journal::state_dir_is_private(req.state, error)) return nullptr;
+  // Inside BACKING, whoever may write its root could rename the state directory away and put a
+  // link or a directory of theirs in its place: it is opened once, checked, and used by fd.
+  c->state_dir_fd_ =
+      journal::open_private_state_dir(req.state, common::under(req.state, req.backing), error);
+  if (c->state_dir_fd_ < 0) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
-  switch (lock_file(AT_FDCWD, state_lock, state_lock, &fd, &created, error)) {
+  switch (lock_file(c->state_dir_fd_, "lock", state_lock, &fd, &created, error)) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
@@ -261,7 +266,7 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   }
   // Whoever may write BACKING's root could have put a link here: root would then write (and by
   // default keep the state) wherever it points. Opened without following, checked, used by fd.
-  c->marker_dir_fd_ = open_marker_dir(dir, error);
+  c->marker_dir_fd_ = req.state == dir ? dup(c->state_dir_fd_) : open_marker_dir(dir, error);
   if (c->marker_dir_fd_ < 0) {
     c->abandon();
     return nullptr;
@@ -385,6 +390,7 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 }
 
 Claim::~Claim() {
+  if (state_dir_fd_ >= 0) close(state_dir_fd_);
   if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (state_fd_ >= 0) close(state_fd_);
@@ -420,7 +426,7 @@ void Claim::abandon() {
   std::string dir = req_.backing + "/.fencefs";
   // Unlinked while still locked, so nobody else locks a file about to disappear unnoticed.
   if (created_owner_ && marker_dir_fd_ >= 0) unlinkat(marker_dir_fd_, "owner", 0);
-  if (created_state_lock_) unlink((req_.state + "/lock").c_str());
+  if (created_state_lock_ && state_dir_fd_ >= 0) unlinkat(state_dir_fd_, "lock", 0);
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_all(owner_fd_, previous_text_);
   // Unless a member starting meanwhile wrote it again: that member's marker stays.
@@ -428,7 +434,7 @@ void Claim::abandon() {
       slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
-  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_}) {
+  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_, &state_dir_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }

@@ -62,13 +62,16 @@ class Claim {
   void abandon();
   // What the marker said before this claim (a crashed or taken-over owner), if anything.
   const std::optional<Owner>& previous() const { return previous_; }
+  // The state directory as checked (O_RDONLY): its files are reached through this, not its path.
+  int state_dir_fd() const { return state_dir_fd_; }
 
  private:
   Claim() = default;
   bool check_marker(const std::string& text, std::string* error);
   bool write_shared_marker(std::string* error);  // a cluster member's marker naming this process
   Request req_;
-  int state_fd_ = -1;
+  int state_dir_fd_ = -1;
+  int state_fd_ = -1;  // the state lock
   int owner_fd_ = -1;
   int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
   int marker_dir_fd_ = -1;    // BACKING/.fencefs, opened without following a link

@@ -22,6 +22,7 @@
 
 #include "audit/audit.h"
 #include "cluster/cluster.h"
+#include "common/anchored.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/path.h"
@@ -45,7 +46,7 @@ using daemon::die;
 
 std::vector<std::string> entries(const std::string& dir) {
   std::vector<std::string> names;
-  if (DIR* d = opendir(dir.c_str())) {
+  if (DIR* d = common::anchored_opendir(dir)) {
     while (dirent* e = readdir(d))
       if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
     closedir(d);
@@ -56,7 +57,8 @@ std::vector<std::string> entries(const std::string& dir) {
 // Removes the entries of DIR that were not there before: what a failed mount created.
 void remove_new_entries(const std::string& dir, const std::vector<std::string>& before) {
   for (const std::string& n : entries(dir))
-    if (std::find(before.begin(), before.end(), n) == before.end()) unlink((dir + "/" + n).c_str());
+    if (std::find(before.begin(), before.end(), n) == before.end())
+      common::anchored_unlink(dir + "/" + n);
 }
 
 // A state about to be created: dies when BACKING holds stamps of a lost state (unless init),
@@ -262,6 +264,10 @@ std::unique_ptr<daemon::Claim> claim_state(const daemon::Settings& o, bool takeo
       {backing, state, mnt, takeover, cluster_mode ? o.cluster_opts->name : std::string()}, &error);
   if (!claim) die(error);
   daemon::on_failure([c = claim.get()] { c->abandon(); });
+  // Every state file from here on is reached through the directory the claim checked.
+  int state_fd = fcntl(claim->state_dir_fd(), F_DUPFD_CLOEXEC, 0);
+  if (state_fd < 0) die(fmt::format("state directory {}: {}", state, common::errstr(errno)));
+  common::anchor_dir(state, state_fd);
   // The state is ours now: what this mount creates in it from here is removed if it fails.
   std::vector<std::string> state_before = entries(state);
   daemon::on_failure([=] { remove_new_entries(state, state_before); });

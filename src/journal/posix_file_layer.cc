@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "common/anchored.h"
 #include "journal/file_layer.h"
 
 namespace fencefs::journal {
@@ -62,7 +63,7 @@ class PosixFile : public File {
 class PosixFileLayer : public FileLayer {
  public:
   int read_file(const std::string& path, std::string* out) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int fd = common::anchored_open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return errno;
     out->clear();
     struct stat st;
@@ -88,7 +89,7 @@ class PosixFileLayer : public FileLayer {
     if (truncate) flags |= O_CREAT | O_TRUNC;
     int fd;
     do {
-      fd = ::open(path.c_str(), flags, 0600);
+      fd = common::anchored_open(path, flags, 0600);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0) {
       if (err != nullptr) *err = errno;
@@ -99,35 +100,25 @@ class PosixFileLayer : public FileLayer {
   }
 
   int rename(const std::string& from, const std::string& to) override {
-    return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+    return common::anchored_rename(from, to) == 0 ? 0 : errno;
   }
 
   // A rename or a new file is durable only once its directory has been fsynced.
   int sync_dir(const std::string& dir) override {
-    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return errno;
-    int rc = 0;
-    while (::fsync(fd) != 0) {
-      if (errno != EINTR) {
-        rc = errno;
-        break;
-      }
-    }
-    ::close(fd);
-    return rc;
+    return common::anchored_sync_dir(dir) == 0 ? 0 : errno;
   }
 
   int remove(const std::string& path) override {
-    return ::remove(path.c_str()) == 0 ? 0 : errno;  // files and empty directories
+    return common::anchored_remove(path) == 0 ? 0 : errno;  // files and empty directories
   }
 
   int mkdir(const std::string& path) override {
-    return ::mkdir(path.c_str(), 0700) == 0 ? 0 : errno;
+    return common::anchored_mkdir(path, 0700) == 0 ? 0 : errno;
   }
 
   bool exists(const std::string& path) override {
     struct stat st;
-    return ::stat(path.c_str(), &st) == 0;
+    return common::anchored_lstat(path, &st) == 0;
   }
 };
 

@@ -64,11 +64,13 @@ std::string journal_header(const format::Incarnation& inc, uint64_t generation, 
   return format::encode_header(format::FileKind::kJournal, h, chain);
 }
 
-bool state_dir_is_private(const std::string& state, std::string* error) {
-  int dfd = open(state.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+int open_private_state_dir(const std::string& state, bool nofollow, std::string* error) {
+  int dfd = open(state.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
   if (dfd < 0) {
-    *error = fmt::format("state directory {}: {}", state, common::errstr(errno));
-    return false;
+    *error = nofollow && (errno == ELOOP || errno == ENOTDIR)
+                 ? fmt::format("state directory {} is not a directory (a symbolic link?)", state)
+                 : fmt::format("state directory {}: {}", state, common::errstr(errno));
+    return -1;
   }
   struct stat ds {
   }, ps{};
@@ -83,19 +85,27 @@ bool state_dir_is_private(const std::string& state, std::string* error) {
     close(pfd);
     unlinkat(dfd, probe.c_str(), 0);
   }
-  close(dfd);
   if (!ok) {
+    close(dfd);
     *error = fmt::format("state directory {}: {}", state, common::errstr(err));
-    return false;
+    return -1;
   }
   if (ds.st_uid != ps.st_uid || (ds.st_mode & (S_IWGRP | S_IWOTH))) {
+    close(dfd);
     *error = fmt::format(
         "state directory {} is owned by uid {} with mode {:o}; it must be this daemon's (uid {}) "
         "and writable by nobody else, or whoever may write it could make root write through a "
         "link placed there: chown {} it and chmod go-w it, or choose another state=",
         state, ds.st_uid, ds.st_mode & 07777, ps.st_uid, ps.st_uid);
-    return false;
+    return -1;
   }
+  return dfd;
+}
+
+bool state_dir_is_private(const std::string& state, std::string* error) {
+  int fd = open_private_state_dir(state, false, error);
+  if (fd < 0) return false;
+  close(fd);
   return true;
 }
 

@@ -16,6 +16,10 @@ std::string parent_dir(const std::string& dir);
 // process as the storage sees it (NFS root_squash maps root to nobody: a probe file made in it
 // tells) and be writable by nobody else. False with the reason, naming the fix, in *error.
 bool state_dir_is_private(const std::string& dir, std::string* error);
+// The same check, keeping the directory: an O_RDONLY descriptor of it (its files are then reached
+// through that, common/anchored.h), or -1 with the reason in *error. nofollow: refuse a link as
+// its last component (a state directory inside BACKING, where others may put one).
+int open_private_state_dir(const std::string& dir, bool nofollow, std::string* error);
 
 struct Paths {
   explicit Paths(const std::string& d);

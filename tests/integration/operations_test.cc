@@ -195,6 +195,33 @@ TEST(OneDaemon, ALinkAsBackingFencefsIsRefusedAndNotFollowed) {
   EXPECT_EQ(slurp(elsewhere + "/owner"), "precious\n");
 }
 
+// Whoever may write BACKING's root can also rename the default state directory away while the
+// daemon runs and put a link in its place. The daemon keeps using the directory it checked,
+// through its descriptor: nothing is written where the link points (the audit log is rotated,
+// by name, on every record here; each advance and bind writes one).
+TEST(OneDaemon, AStateDirectorySwappedForALinkWhileMountedIsNotFollowed) {
+  Mount m({"-o", "audit_max_bytes=1"});
+  ASSERT_TRUE(m.mounted());
+  std::string elsewhere = make_dir(m, "etc");
+  spit(elsewhere + "/audit.log", "precious\n");
+  std::string before = listing(elsewhere);
+  std::string state = m.bpath(".fencefs"), moved = m.bpath("moved");
+  ASSERT_EQ(::rename(state.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), state.c_str()), 0);
+  EXPECT_EQ(0, in_child([&] { return m.ctl("advance / 2"); }));
+  EXPECT_EQ(0, write_as(m, 3, "f", "three"));
+  EXPECT_EQ(listing(elsewhere), before);
+  EXPECT_EQ(slurp(elsewhere + "/audit.log"), "precious\n");
+  EXPECT_NE(slurp(moved + "/audit.log.1"), "") << listing(moved);
+  // The journal went on in the directory the daemon checked: epoch 3 survives a restart there.
+  ASSERT_EQ(m.unmount(), 0);
+  ASSERT_EQ(::unlink(state.c_str()), 0);
+  ASSERT_EQ(::rename(moved.c_str(), state.c_str()), 0);
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 2"); }));
+  EXPECT_EQ(0, write_as(m, 3, "g", "three"));
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
