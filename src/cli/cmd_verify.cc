@@ -35,6 +35,7 @@
 #include "cli/options.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/json_writer.h"
 #include "common/path.h"
 #include "common/proc.h"
 #include "fence/backing_scan.h"
@@ -118,7 +119,8 @@ struct Finding {
   std::string path;  // file (or domain for a rolled-back domain), "" for the journal
   std::string domain;
   std::string message;
-  std::string extra_json;  // ",\"key\":value..." specific to the kind
+  // Members specific to the kind, written after the common ones.
+  std::function<void(common::JsonWriter&)> extra;
 };
 
 std::string mtime_str(int64_t sec, int64_t nsec) { return fmt::format("{}.{:09d}", sec, nsec); }
@@ -195,7 +197,7 @@ void Verify::check_journal() {
       cannot.push_back("cannot read the state in " + state);
       for (auto& f : jr.findings) cannot.push_back(f);
     } else {
-      for (auto& f : jr.findings) findings.push_back({"journal", "", "", f, ""});
+      for (auto& f : jr.findings) findings.push_back({"journal", "", "", f, {}});
     }
   }
   for (auto& d : jr.domains) domains.push_back({d.path, d.epoch, 0, d.id});
@@ -235,9 +237,9 @@ void Verify::scan() {
         std::string_view v(buf, static_cast<size_t>(n));
         auto s = fence::decode_stamp(v);
         if (!s) {
-          findings.push_back({"malformed stamp", e.rel, "",
-                              fmt::format("{}: malformed stamp '{}'", e.rel, v),
-                              ",\"stamp\":" + q(v)});
+          findings.push_back(
+              {"malformed stamp", e.rel, "", fmt::format("{}: malformed stamp '{}'", e.rel, v),
+               [v = std::string(v)](common::JsonWriter& w) { w.member("stamp", v); }});
           return;
         }
         stamped++;
@@ -296,7 +298,9 @@ void Verify::check_highwater() {
            fmt::format("domain {}: BACKING's high-water copy says epoch {}, the state only {}: "
                        "the state was rolled back (restored from an older copy?)",
                        path, hw, it->epoch),
-           fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", hw, it->epoch)});
+           [hw, e = it->epoch](common::JsonWriter& w) {
+             w.member("stamp_epoch", hw).member("domain_epoch", e);
+           }});
     }
   }
   if (hwerr)
@@ -325,7 +329,9 @@ void Verify::judge(const StampedFile& f) {
         {"rolled back", f.path, issuer->path,
          fmt::format("{}: stamp epoch {} > epoch {} of domain {}: the state was rolled back",
                      f.path, f.s.epoch, issuer->epoch, issuer->path),
-         fmt::format(",\"stamp_epoch\":{},\"domain_epoch\":{}", f.s.epoch, issuer->epoch)});
+         [s = f.s.epoch, e = issuer->epoch](common::JsonWriter& w) {
+           w.member("stamp_epoch", s).member("domain_epoch", e);
+         }});
   }
   bool size_diff = f.s.has_size && f.s.size != static_cast<uint64_t>(f.st.st_size);
   bool mtime_diff = f.s.has_mtime && (f.s.mtime_sec != f.st.st_mtim.tv_sec ||
@@ -341,46 +347,50 @@ void Verify::judge(const StampedFile& f) {
       {"changed outside fencefs", f.path, d->path,
        fmt::format("{}: changed outside fencefs: {}{}", f.path, what,
                    live ? " (or still open for writing through the mount)" : ""),
-       fmt::format(",\"size\":{},\"stamp_size\":{},\"mtime\":\"{}\",\"stamp_mtime\":\"{}\"",
-                   f.st.st_size, f.s.size, mtime_str(f.st.st_mtim.tv_sec, f.st.st_mtim.tv_nsec),
-                   mtime_str(f.s.mtime_sec, f.s.mtime_nsec))});
+       [size = static_cast<int64_t>(f.st.st_size), stamp_size = f.s.size,
+        mtime = mtime_str(f.st.st_mtim.tv_sec, f.st.st_mtim.tv_nsec),
+        stamp_mtime = mtime_str(f.s.mtime_sec, f.s.mtime_nsec)](common::JsonWriter& w) {
+         w.member("size", size).member("stamp_size", stamp_size);
+         w.member("mtime", mtime).member("stamp_mtime", stamp_mtime);
+       }});
 }
 
 void Verify::print_json() const {
   int rc = exit_status();
-  std::string out = fmt::format(
-      "{{\"backing\":{},\"state\":{},\"mounted\":{},\"mountpoint\":{},\"status\":\"{}\","
-      "\"exit\":{},\"clean\":{}",
-      q(backing), q(state), live ? "true" : "false", q(mnt),
-      rc == 0   ? "clean"
-      : rc == 1 ? "findings"
-                : "error",
-      rc, rc == 0 ? "true" : "false");
-  out += ",\"errors\":[";
-  for (size_t i = 0; i < cannot.size(); i++) out += (i ? "," : "") + q(cannot[i]);
-  out +=
-      fmt::format("],\"journal\":{{\"readable\":{},\"findings\":[", jr.readable ? "true" : "false");
-  for (size_t i = 0; i < jr.findings.size(); i++) out += (i ? "," : "") + q(jr.findings[i]);
-  out += "]},\"domains\":[";
+  std::string out;
+  common::JsonWriter w(&out);
+  w.begin_object().member("backing", backing).member("state", state);
+  w.member("mounted", live != nullptr).member("mountpoint", mnt);
+  w.member("status", rc == 0 ? "clean" : rc == 1 ? "findings" : "error");
+  w.member("exit", rc).member("clean", rc == 0);
+  w.key("errors").begin_array();
+  for (const auto& c : cannot) w.value(c);
+  w.end_array();
+  w.key("journal").begin_object().member("readable", jr.readable).key("findings").begin_array();
+  for (const auto& f : jr.findings) w.value(f);
+  w.end_array().end_object();
   std::vector<DomainEpoch> by_path = domains;
   std::sort(by_path.begin(), by_path.end(),
             [](const DomainEpoch& a, const DomainEpoch& b) { return a.path < b.path; });
-  for (size_t i = 0; i < by_path.size(); i++)
-    out += fmt::format("{}{{\"path\":{},\"epoch\":{},\"stamped_files\":{}}}", i ? "," : "",
-                       q(by_path[i].path), by_path[i].epoch, by_path[i].files);
-  out += fmt::format(
-      "],\"files\":{{\"regular\":{},\"stamped\":{},\"unstamped\":{},\"unreadable\":{}}}", scanned,
-      stamped, unstamped, unreadable);
-  out += ",\"findings\":[";
-  for (size_t i = 0; i < findings.size(); i++) {
-    const Finding& f = findings[i];
-    out += fmt::format("{}{{\"kind\":{},\"path\":{},\"domain\":{},\"message\":{}{}}}", i ? "," : "",
-                       q(f.kind), q(f.path), q(f.domain), q(f.message), f.extra_json);
+  w.key("domains").begin_array();
+  for (const auto& d : by_path) {
+    w.begin_object().member("path", d.path).member("epoch", d.epoch);
+    w.member("stamped_files", d.files).end_object();
   }
-  out += "],\"warnings\":[";
-  for (size_t i = 0; i < warnings.size(); i++) out += (i ? "," : "") + q(warnings[i]);
-  out += "]}\n";
-  std::cout << out;
+  w.end_array();
+  w.key("files").begin_object().member("regular", scanned).member("stamped", stamped);
+  w.member("unstamped", unstamped).member("unreadable", unreadable).end_object();
+  w.key("findings").begin_array();
+  for (const Finding& f : findings) {
+    w.begin_object().member("kind", f.kind).member("path", f.path).member("domain", f.domain);
+    w.member("message", f.message);
+    if (f.extra) f.extra(w);
+    w.end_object();
+  }
+  w.end_array().key("warnings").begin_array();
+  for (const auto& x : warnings) w.value(x);
+  w.end_array().end_object();
+  std::cout << out << "\n";
 }
 
 void Verify::print_text() const {

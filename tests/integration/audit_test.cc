@@ -1073,6 +1073,24 @@ TEST(FencectlVerify, CleanTreeIsClean) {
   EXPECT_EQ("", sh_out(ctl_cmd("verify --quiet " + b)));
 }
 
+// A stamp that is not one is reported with its bytes as they are (each byte of invalid UTF-8 as
+// \udcXX, so tools get the original back).
+TEST(FencectlVerify, ReportsAMalformedStampWithItsBytes) {
+  Mount m;
+  ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
+  ASSERT_TRUE(wait_stamp(m.bpath("f"), 6));
+  ASSERT_EQ(0, m.unmount());
+  const std::string bad = "7 x\x01\xff";
+  ASSERT_EQ(0, setxattr(m.bpath("f").c_str(), "trusted.fencefs", bad.data(), bad.size(), 0));
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  EXPECT_EQ(1, st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(std::vector<std::string>{"malformed stamp /f"}, finding_kinds(*v));
+  std::string raw = sh_out(ctl_cmd("verify '" + m.backing() + "' --json"));
+  EXPECT_NE(std::string::npos, raw.find(R"("stamp":"7 x\u0001\udcff")")) << raw;
+}
+
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
