@@ -298,8 +298,8 @@ void Verify::check_highwater() {
            fmt::format("domain {}: BACKING's high-water copy says epoch {}, the state only {}: "
                        "the state was rolled back (restored from an older copy?)",
                        path, hw, it->epoch),
-           [hw, e = it->epoch](common::JsonWriter& w) {
-             w.member("stamp_epoch", hw).member("domain_epoch", e);
+           [h = hw, e = it->epoch](common::JsonWriter& w) {
+             w.member("stamp_epoch", h).member("domain_epoch", e);
            }});
     }
   }
