@@ -222,6 +222,23 @@ TEST(OneDaemon, AStateDirectorySwappedForALinkWhileMountedIsNotFollowed) {
   EXPECT_EQ(0, write_as(m, 3, "g", "three"));
 }
 
+// state= is resolved when the options are read, Claim::take opens it later. A link inside BACKING
+// (where whoever may write its root can put or swap one, e.g. at BACKING/.fencefs between the
+// two) is refused, never followed: root would keep its state wherever it points.
+TEST(OneDaemon, AStateGivenAsALinkInsideBackingIsRefusedAndNotFollowed) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", elsewhere = t.path + "/etc";
+  for (auto& d : {backing, mnt}) ::mkdir(d.c_str(), 0755);
+  ::mkdir(elsewhere.c_str(), 0700);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (backing + "/lnk").c_str()), 0);
+  Daemon r = run_fencefs({"-o", "state=" + backing + "/lnk", backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + backing + "/lnk is a symbolic link inside BACKING"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
