@@ -94,6 +94,16 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
       *error = fmt::format("{}: {}", path, common::errstr(errno));
       return Lock::Error;
     }
+    // Root writes the marker into it: were it a hard link (BACKING/.fencefs may be a directory
+    // someone else made), root would overwrite, and at unmount empty, the file linked to.
+    if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+      close(fd);
+      *error = fmt::format(
+          "{} is not a regular file with a single name (a hard link?); fencefs writes its marker "
+          "there as root: remove it",
+          path);
+      return Lock::Error;
+    }
     struct flock fl {};
     fl.l_type = type;
     fl.l_whence = SEEK_SET;

@@ -239,6 +239,26 @@ TEST(OneDaemon, AStateGivenAsALinkInsideBackingIsRefusedAndNotFollowed) {
   EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
 }
 
+// With state= elsewhere, BACKING/.fencefs holds only the owner marker and may be a directory that
+// whoever may write BACKING's root made. An "owner" there that is a hard link to a file of root's
+// would be overwritten with the marker, and emptied at unmount: refused, and left as it was.
+TEST(OneDaemon, AnOwnerMarkerThatIsAHardLinkIsRefusedAndNotWritten) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", state = t.path + "/state",
+              marker = backing + "/.fencefs", precious = t.path + "/precious";
+  for (auto& d : {backing, mnt, state}) ::mkdir(d.c_str(), 0700);
+  ::mkdir(marker.c_str(), 0777);
+  ASSERT_EQ(::chown(marker.c_str(), 65534, 65534), 0);
+  spit(precious, "precious\n");
+  ASSERT_EQ(::link(precious.c_str(), (marker + "/owner").c_str()), 0);
+  Daemon r = run_fencefs({"-o", "takeover,state=" + state, backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(marker + "/owner is not a regular file with a single name"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(slurp(precious), "precious\n");
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
