@@ -181,14 +181,6 @@ std::string named_place(const std::string& arg) {
   return parent == "/" ? "/" + name : parent + "/" + name;
 }
 
-// Whether the directory holding NAMED is writable only by this user (or root): otherwise a link
-// there may have been put or swapped in by someone else.
-bool private_parent(const std::string& named) {
-  struct stat st {};
-  if (stat(journal::parent_dir(named).c_str(), &st) != 0) return false;
-  return (st.st_uid == geteuid() || st.st_uid == 0) && !(st.st_mode & (S_IWGRP | S_IWOTH));
-}
-
 // What recover --json prints once the state was found free.
 std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t highest,
                         const std::vector<std::string>& lines,
@@ -244,7 +236,7 @@ int cmd_recover(const Args& args) {
   std::string named = named_place(state_arg), why;
   bool linked = !named.empty() && named != dir;
   int dfd = -1;
-  if (linked && !private_parent(named))
+  if (linked && !journal::only_we_may_write(journal::parent_dir(named)))
     why = fmt::format(
         "state directory {} is a symbolic link in a directory others may write (to {}); name "
         "the state directory itself",

@@ -12,7 +12,6 @@
 #include <ctime>
 
 #include "common/error.h"
-#include "common/path.h"
 #include "common/proc.h"
 #include "journal/state_files.h"
 
@@ -244,10 +243,11 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     return nullptr;
   }
 
-  // Inside BACKING, whoever may write its root could rename the state directory away and put a
-  // link or a directory of theirs in its place: it is opened once, checked, and used by fd.
-  c->state_dir_fd_ =
-      journal::open_private_state_dir(req.state, common::under(req.state, req.backing), error);
+  // Whoever may write its parent (BACKING's root, by default) could rename the state directory
+  // away and put a link or a directory of theirs in its place: it is opened once, checked, and
+  // used by fd. Its path is canonical (a link there was resolved, or refused, with the options):
+  // a link there now was swapped in since.
+  c->state_dir_fd_ = journal::open_private_state_dir(req.state, true, error);
   if (c->state_dir_fd_ < 0) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";

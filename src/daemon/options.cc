@@ -19,6 +19,7 @@
 #include "common/path.h"
 #include "daemon/lifecycle.h"
 #include "daemon/mounts.h"
+#include "journal/state_files.h"
 
 namespace fencefs::daemon {
 
@@ -350,15 +351,20 @@ void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   std::string& state = o.state = backing + "/.fencefs";
   if (a.state) {
     state = canonical_maybe_missing(a.state, "state directory");
-    // Whoever may write BACKING's root can put a link there, or swap one in before the claim
-    // opens the state without following it: a place inside BACKING is used as named.
-    if (auto named = canonical_parent(a.state, "state directory");
-        named && under(*named, backing)) {
-      if (*named != state)
+    // A link as its last component is followed only where nobody else may have put it: not in
+    // BACKING (whoever may write its root may), nor in a directory others may write. The claim
+    // then opens the state without following a link swapped in since.
+    if (auto named = canonical_parent(a.state, "state directory"); named && *named != state) {
+      if (under(*named, backing))
         die(fmt::format(
             "state directory {} is a symbolic link inside BACKING; fencefs follows no link there: "
             "use BACKING/.fencefs or a directory outside BACKING",
             *named));
+      if (!journal::only_we_may_write(journal::parent_dir(*named)))
+        die(fmt::format(
+            "state directory {} is a symbolic link in a directory others may write (to {}); name "
+            "the state directory itself",
+            *named, state));
     }
     if (under(state, backing) && state != backing + "/.fencefs")
       die(

@@ -239,6 +239,29 @@ TEST(OneDaemon, AStateGivenAsALinkInsideBackingIsRefusedAndNotFollowed) {
   EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
 }
 
+// The same outside BACKING: a link in a directory others may write is theirs to place or swap.
+// Root's own link in a directory only root may write is the operator's and is followed.
+TEST(OneDaemon, AStateGivenAsALinkOthersMayHavePutIsRefused) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", shared = t.path + "/shared",
+              elsewhere = t.path + "/etc", link = shared + "/state";
+  for (auto& d : {backing, mnt, shared, elsewhere}) ::mkdir(d.c_str(), 0700);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), link.c_str()), 0);
+  Daemon r = run_fencefs({"-o", "state=" + link, backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + link +
+                       " is a symbolic link in a directory others "
+                       "may write"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
+  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
+  Daemon r2 = run_fencefs({"-o", "state=" + link, backing, mnt}, mnt, t.path + "/2.log");
+  EXPECT_EQ(r2.status, kMounted) << r2.out;
+  EXPECT_NE(sh_out("ls -A '" + elsewhere + "'"), "");
+}
+
 // With state= elsewhere, BACKING/.fencefs holds only the owner marker and may be a directory that
 // whoever may write BACKING's root made. An "owner" there that is a hard link to a file of root's
 // would be overwritten with the marker, and emptied at unmount: refused, and left as it was.
