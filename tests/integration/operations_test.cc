@@ -282,6 +282,23 @@ TEST(OneDaemon, AnOwnerMarkerThatIsAHardLinkIsRefusedAndNotWritten) {
   EXPECT_EQ(slurp(precious), "precious\n");
 }
 
+// Started with stdin, stdout and stderr closed, the daemon's first descriptors (the state
+// directory, its lock, the marker directory) would be 0, 1 and 2, which detaching points at
+// /dev/null: the state lock would be dropped and a second daemon could take the state.
+TEST(OneDaemon, ADaemonStartedWithoutStandardDescriptorsKeepsItsStateLock) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", backing2 = t.path + "/b2",
+              mnt2 = t.path + "/mnt2";
+  for (auto& d : {backing, mnt, backing2, mnt2}) ::mkdir(d.c_str(), 0755);
+  ASSERT_EQ(sh("'" + kFencefs + "' '" + backing + "' '" + mnt + "' <&- >&- 2>&-"), 0);
+  ASSERT_TRUE(is_mounted(mnt));
+  Daemon r = run_fencefs({"-o", "state=" + backing + "/.fencefs", backing2, mnt2}, mnt2,
+                         t.path + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is in use by another fencefs daemon"), std::string::npos) << r.out;
+  sh("fusermount3 -u '" + mnt + "'");
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
