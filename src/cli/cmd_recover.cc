@@ -33,6 +33,7 @@
 #include "cli/exit_codes.h"
 #include "cli/maintenance.h"
 #include "cli/options.h"
+#include "common/anchored.h"
 #include "common/error.h"
 #include "common/json.h"
 #include "common/json_writer.h"
@@ -168,6 +169,18 @@ bool record_recovery(const std::string& dir, uint64_t floor, int rc,
   return log.failures() == 0;
 }
 
+// --state as named, its parent made canonical and its last component not followed ("" for "."
+// or ".."): differs from the canonical DIR when that component was a link.
+std::string named_place(const std::string& arg) {
+  std::string s = arg;
+  while (s.size() > 1 && s.back() == '/') s.pop_back();
+  size_t slash = s.rfind('/');
+  std::string name = slash == std::string::npos ? s : s.substr(slash + 1);
+  if (name.empty() || name == "." || name == "..") return "";
+  std::string parent = canonical(journal::parent_dir(s));
+  return parent == "/" ? "/" + name : parent + "/" + name;
+}
+
 // What recover --json prints once the state was found free.
 std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t highest,
                         const std::vector<std::string>& lines,
@@ -218,14 +231,26 @@ int cmd_recover(const Args& args) {
   // Never under a running daemon: it would overwrite the recovered state with its own.
   bool incomplete = false;
   if (in_use(dir, floor, as_json, &incomplete)) return exit_code::kFailed;
-  // It writes there as root, by name, as the daemon does.
-  if (std::string why; !journal::state_dir_is_private(dir, &why)) {
+  // It writes there as root, as the daemon does: through the directory it checked. A link in
+  // the way (BACKING/.fencefs, the default) that others may have put there is not followed.
+  std::string named = named_place(state_arg), why;
+  bool linked = !named.empty() && named != dir;
+  int dfd = -1;
+  if (linked && !journal::only_we_may_write(journal::parent_dir(named)))
+    why = fmt::format(
+        "state directory {} is a symbolic link in a directory others may write (to {}); name "
+        "the state directory itself",
+        named, dir);
+  else
+    dfd = journal::open_private_state_dir(dir, !linked, &why);
+  if (dfd < 0) {
     if (as_json)
       print_refusal_json(dir, floor, false, EPERM, "EPERM", {why});
     else
       fail("recover: " + why);
     return exit_code::kFailed;
   }
+  common::anchor_dir(dir, dfd);
 
   std::string report;
   int rc = journal::recover_offline(dir, floor, journal::posix_file_layer(), &report);

@@ -19,16 +19,17 @@ struct At {
   bool anchored;
 };
 
+// Any spelling of a path inside the directory ("DIR//x", "DIR/./x" too) goes through its
+// descriptor: falling back to the name would follow whatever now stands there.
 At resolve(const std::string& path) {
   int fd = g_fd.load(std::memory_order_acquire);
-  if (fd >= 0 && path.size() >= g_dir.size() && path.compare(0, g_dir.size(), g_dir) == 0) {
-    std::string_view rest = std::string_view(path).substr(g_dir.size());
-    if (rest.empty() || rest == "/") return {fd, ".", true};
-    rest.remove_prefix(1);
-    if (path[g_dir.size()] == '/' && rest.find('/') == std::string_view::npos && rest != "..")
-      return {fd, rest, true};
-  }
-  return {AT_FDCWD, path, false};
+  if (fd < 0 || path.compare(0, g_dir.size(), g_dir) != 0) return {AT_FDCWD, path, false};
+  std::string_view rest = std::string_view(path).substr(g_dir.size());
+  if (!rest.empty() && rest.front() != '/' && g_dir != "/")
+    return {AT_FDCWD, path, false};  // a neighbour sharing the prefix
+  while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  if (rest.empty()) return {fd, ".", true};
+  return {fd, rest, true};
 }
 
 // rel as a C string: a view into `path`, which ends where the view ends unless it is ".".

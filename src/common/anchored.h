@@ -4,9 +4,9 @@
 // away and put a link (or a directory of their own) in its place, and root, opening by path,
 // would write, truncate and rename files wherever that points.
 //
-// These calls take the paths the code and its messages use; a path directly inside the
-// anchored directory is resolved relative to its descriptor, without following a link in its
-// last component. Every other path is used as given (fencectl, option paths, tests).
+// These calls take the paths the code and its messages use; a path inside the anchored
+// directory is resolved relative to its descriptor, without following a link in its last
+// component. Every other path is used as given (fencectl, option paths, tests).
 #pragma once
 #include <dirent.h>
 #include <sys/stat.h>

@@ -12,7 +12,6 @@
 #include <ctime>
 
 #include "common/error.h"
-#include "common/path.h"
 #include "common/proc.h"
 #include "journal/state_files.h"
 
@@ -92,6 +91,16 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
     }
     if (fd < 0) {
       *error = fmt::format("{}: {}", path, common::errstr(errno));
+      return Lock::Error;
+    }
+    // Root writes the marker into it: were it a hard link (BACKING/.fencefs may be a directory
+    // someone else made), root would overwrite, and at unmount empty, the file linked to.
+    if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+      close(fd);
+      *error = fmt::format(
+          "{} is not a regular file with a single name (a hard link?); fencefs writes its marker "
+          "there as root: remove it",
+          path);
       return Lock::Error;
     }
     struct flock fl {};
@@ -234,10 +243,11 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     return nullptr;
   }
 
-  // Inside BACKING, whoever may write its root could rename the state directory away and put a
-  // link or a directory of theirs in its place: it is opened once, checked, and used by fd.
-  c->state_dir_fd_ =
-      journal::open_private_state_dir(req.state, common::under(req.state, req.backing), error);
+  // Whoever may write its parent (BACKING's root, by default) could rename the state directory
+  // away and put a link or a directory of theirs in its place: it is opened once, checked, and
+  // used by fd. Its path is canonical (a link there was resolved, or refused, with the options):
+  // a link there now was swapped in since.
+  c->state_dir_fd_ = journal::open_private_state_dir(req.state, true, error);
   if (c->state_dir_fd_ < 0) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";

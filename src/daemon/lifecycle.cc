@@ -35,6 +35,11 @@ std::string dir_of(const std::string& path) {
 
 }  // namespace
 
+void keep_standard_fds_open() {
+  for (int fd = 0; fd < 3; fd++)
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) _exit(1);
+}
+
 void block_handled_signals() {
   sigset_t set = handled_set();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);

@@ -4,6 +4,11 @@
 
 namespace fencefs::daemon {
 
+// Opens /dev/null on whichever of stdin, stdout and stderr is closed, first thing: a file the
+// daemon opens later must not take their place, which detaching points at /dev/null (the state
+// lock would be dropped with it).
+void keep_standard_fds_open();
+
 // Signals: SIGTERM and SIGINT end the session (libfuse's handlers: a clean unmount). These are
 // taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log file,
 // SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and

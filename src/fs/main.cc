@@ -334,6 +334,7 @@ void raise_fd_limit() {
 
 // long: the daemon's wiring in order; each object it makes lives for the whole session.
 int main(int argc, char* argv[]) {
+  daemon::keep_standard_fds_open();
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   struct FreeArgs {
     fuse_args* a;

@@ -102,6 +102,12 @@ int open_private_state_dir(const std::string& state, bool nofollow, std::string*
   return dfd;
 }
 
+bool only_we_may_write(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return false;
+  return (st.st_uid == geteuid() || st.st_uid == 0) && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
 bool state_dir_is_private(const std::string& state, std::string* error) {
   int fd = open_private_state_dir(state, false, error);
   if (fd < 0) return false;

@@ -16,6 +16,9 @@ std::string parent_dir(const std::string& dir);
 // process as the storage sees it (NFS root_squash maps root to nobody: a probe file made in it
 // tells) and be writable by nobody else. False with the reason, naming the fix, in *error.
 bool state_dir_is_private(const std::string& dir, std::string* error);
+// Whether DIR is writable only by this process's user or root: a link placed in it was not put
+// (or swapped) there by anyone else.
+bool only_we_may_write(const std::string& dir);
 // The same check, keeping the directory: an O_RDONLY descriptor of it (its files are then reached
 // through that, common/anchored.h), or -1 with the reason in *error. nofollow: refuse a link as
 // its last component (a state directory inside BACKING, where others may put one).

@@ -1246,6 +1246,33 @@ TEST(FencectlRecover, RefusesAStateDirectoryOthersMayWrite) {
   EXPECT_EQ(0, st);
 }
 
+// Whoever may write BACKING's root can put a link at BACKING/.fencefs (the default state=) that
+// points at a state directory of root's elsewhere: recover, as root, would rewrite that one.
+// A link in a directory others may write is refused; nothing where it points changes.
+TEST(FencectlRecover, RefusesALinkInADirectoryOthersMayWrite) {
+  Mount m;
+  ASSERT_EQ(0, write_file(m, 3, "f", "x"));
+  ASSERT_EQ(0, m.unmount());
+  std::string link = state_dir(m), elsewhere = m.root() + "/elsewhere";
+  ASSERT_EQ(0, rename(link.c_str(), elsewhere.c_str()));
+  ASSERT_EQ(0, symlink(elsewhere.c_str(), link.c_str()));
+  ASSERT_EQ(0, chmod(m.backing().c_str(), 0777));
+  std::string before = sh_out("cd '" + elsewhere + "' && md5sum * | sort");
+  std::string args = "recover --state '" + link + "' --floor 9";
+  int st;
+  std::string out = sh_out(ctl_cmd(args + " 2>&1"), &st);
+  EXPECT_EQ(215, st) << out;  // exit_code::kFailed
+  EXPECT_NE(std::string::npos, out.find("is a symbolic link in a directory others may write"))
+      << out;
+  EXPECT_EQ(before, sh_out("cd '" + elsewhere + "' && md5sum * | sort"));
+  // Root's own link in root's own directory is the operator's.
+  ASSERT_EQ(0, chmod(m.backing().c_str(), 0755));
+  sh_out(ctl_cmd(args), &st);
+  EXPECT_EQ(0, st);
+  ASSERT_EQ(0, unlink(link.c_str()));
+  ASSERT_EQ(0, rename(elsewhere.c_str(), link.c_str()));
+}
+
 // --- Metrics -------------------------------------------------------------------------------------
 
 TEST(MetricsValidator, AcceptsValidAndRejectsInvalid) {

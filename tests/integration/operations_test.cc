@@ -222,6 +222,83 @@ TEST(OneDaemon, AStateDirectorySwappedForALinkWhileMountedIsNotFollowed) {
   EXPECT_EQ(0, write_as(m, 3, "g", "three"));
 }
 
+// state= is resolved when the options are read, Claim::take opens it later. A link inside BACKING
+// (where whoever may write its root can put or swap one, e.g. at BACKING/.fencefs between the
+// two) is refused, never followed: root would keep its state wherever it points.
+TEST(OneDaemon, AStateGivenAsALinkInsideBackingIsRefusedAndNotFollowed) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", elsewhere = t.path + "/etc";
+  for (auto& d : {backing, mnt}) ::mkdir(d.c_str(), 0755);
+  ::mkdir(elsewhere.c_str(), 0700);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), (backing + "/lnk").c_str()), 0);
+  Daemon r = run_fencefs({"-o", "state=" + backing + "/lnk", backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + backing + "/lnk is a symbolic link inside BACKING"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
+}
+
+// The same outside BACKING: a link in a directory others may write is theirs to place or swap.
+// Root's own link in a directory only root may write is the operator's and is followed.
+TEST(OneDaemon, AStateGivenAsALinkOthersMayHavePutIsRefused) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", shared = t.path + "/shared",
+              elsewhere = t.path + "/etc", link = shared + "/state";
+  for (auto& d : {backing, mnt, shared, elsewhere}) ::mkdir(d.c_str(), 0700);
+  ASSERT_EQ(::chmod(shared.c_str(), 0777), 0);
+  ASSERT_EQ(::symlink(elsewhere.c_str(), link.c_str()), 0);
+  Daemon r = run_fencefs({"-o", "state=" + link, backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("state directory " + link +
+                       " is a symbolic link in a directory others "
+                       "may write"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(sh_out("ls -A '" + elsewhere + "'"), "");
+  ASSERT_EQ(::chmod(shared.c_str(), 0755), 0);
+  Daemon r2 = run_fencefs({"-o", "state=" + link, backing, mnt}, mnt, t.path + "/2.log");
+  EXPECT_EQ(r2.status, kMounted) << r2.out;
+  EXPECT_NE(sh_out("ls -A '" + elsewhere + "'"), "");
+}
+
+// With state= elsewhere, BACKING/.fencefs holds only the owner marker and may be a directory that
+// whoever may write BACKING's root made. An "owner" there that is a hard link to a file of root's
+// would be overwritten with the marker, and emptied at unmount: refused, and left as it was.
+TEST(OneDaemon, AnOwnerMarkerThatIsAHardLinkIsRefusedAndNotWritten) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", state = t.path + "/state",
+              marker = backing + "/.fencefs", precious = t.path + "/precious";
+  for (auto& d : {backing, mnt, state}) ::mkdir(d.c_str(), 0700);
+  ::mkdir(marker.c_str(), 0777);
+  ASSERT_EQ(::chown(marker.c_str(), 65534, 65534), 0);
+  spit(precious, "precious\n");
+  ASSERT_EQ(::link(precious.c_str(), (marker + "/owner").c_str()), 0);
+  Daemon r = run_fencefs({"-o", "takeover,state=" + state, backing, mnt}, mnt, t.path + "/1.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find(marker + "/owner is not a regular file with a single name"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(slurp(precious), "precious\n");
+}
+
+// Started with stdin, stdout and stderr closed, the daemon's first descriptors (the state
+// directory, its lock, the marker directory) would be 0, 1 and 2, which detaching points at
+// /dev/null: the state lock would be dropped and a second daemon could take the state.
+TEST(OneDaemon, ADaemonStartedWithoutStandardDescriptorsKeepsItsStateLock) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", backing2 = t.path + "/b2",
+              mnt2 = t.path + "/mnt2";
+  for (auto& d : {backing, mnt, backing2, mnt2}) ::mkdir(d.c_str(), 0755);
+  ASSERT_EQ(sh("'" + kFencefs + "' '" + backing + "' '" + mnt + "' <&- >&- 2>&-"), 0);
+  ASSERT_TRUE(is_mounted(mnt));
+  Daemon r = run_fencefs({"-o", "state=" + backing + "/.fencefs", backing2, mnt2}, mnt2,
+                         t.path + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is in use by another fencefs daemon"), std::string::npos) << r.out;
+  sh("fusermount3 -u '" + mnt + "'");
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {

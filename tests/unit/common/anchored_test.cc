@@ -70,8 +70,27 @@ TEST(Anchored, PathsInsideTheDirectoryFollowItsDescriptorNotItsName) {
   EXPECT_EQ(anchored_open(dir + "/lnk", O_WRONLY | O_TRUNC | O_CLOEXEC), -1);
   EXPECT_EQ(errno, ELOOP);
 
-  // Only names directly inside it are anchored: a neighbour sharing the prefix, and deeper
-  // paths, are used as given.
+  // Every spelling of a path inside it is anchored, not only "DIR/NAME": "DIR//NAME" and
+  // "DIR/./NAME" name the same file and must not reach it through the link.
+  for (std::string spelled : {dir + "//a", dir + "/./a", dir + "/a/"}) {
+    fd = anchored_open(spelled, O_RDONLY | O_CLOEXEC);
+    if (spelled.back() == '/') {
+      EXPECT_EQ(fd, -1) << spelled;  // a file named with a trailing slash
+      continue;
+    }
+    ASSERT_GE(fd, 0) << spelled;
+    EXPECT_EQ(read_all(fd), "mine") << spelled;
+    close(fd);
+  }
+  fd = anchored_open(dir + "//c", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  EXPECT_EQ(access((moved + "/c").c_str(), F_OK), 0);
+  EXPECT_NE(access((other + "/c").c_str(), F_OK), 0);
+  EXPECT_EQ(anchored_unlink(dir + "/./c"), 0);
+  EXPECT_NE(access((moved + "/c").c_str(), F_OK), 0);
+
+  // A neighbour sharing the prefix is used as given; ".." is the checked directory's parent.
   write_file(root + "/stateful", "neighbour");
   fd = anchored_open(root + "/stateful", O_RDONLY | O_CLOEXEC);
   ASSERT_GE(fd, 0);
