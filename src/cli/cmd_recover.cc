@@ -181,6 +181,21 @@ std::string named_place(const std::string& arg) {
   return parent == "/" ? "/" + name : parent + "/" + name;
 }
 
+// It writes there as root, as the daemon does: through the directory it checked. A link in
+// the way (BACKING/.fencefs, the default) that others may have put there is not followed.
+int open_checked_state(const std::string& state_arg, const std::string& dir, std::string* why) {
+  std::string named = named_place(state_arg);
+  bool linked = !named.empty() && named != dir;
+  if (linked && !journal::only_we_may_write(journal::parent_dir(named))) {
+    *why = fmt::format(
+        "state directory {} is a symbolic link in a directory others may write (to {}); name "
+        "the state directory itself",
+        named, dir);
+    return -1;
+  }
+  return journal::open_private_state_dir(dir, !linked, why);
+}
+
 // What recover --json prints once the state was found free.
 std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t highest,
                         const std::vector<std::string>& lines,
@@ -231,18 +246,8 @@ int cmd_recover(const Args& args) {
   // Never under a running daemon: it would overwrite the recovered state with its own.
   bool incomplete = false;
   if (in_use(dir, floor, as_json, &incomplete)) return exit_code::kFailed;
-  // It writes there as root, as the daemon does: through the directory it checked. A link in
-  // the way (BACKING/.fencefs, the default) that others may have put there is not followed.
-  std::string named = named_place(state_arg), why;
-  bool linked = !named.empty() && named != dir;
-  int dfd = -1;
-  if (linked && !journal::only_we_may_write(journal::parent_dir(named)))
-    why = fmt::format(
-        "state directory {} is a symbolic link in a directory others may write (to {}); name "
-        "the state directory itself",
-        named, dir);
-  else
-    dfd = journal::open_private_state_dir(dir, !linked, &why);
+  std::string why;
+  int dfd = open_checked_state(state_arg, dir, &why);
   if (dfd < 0) {
     if (as_json)
       print_refusal_json(dir, floor, false, EPERM, "EPERM", {why});
