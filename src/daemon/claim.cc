@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -155,6 +156,21 @@ int open_marker_dir(const std::string& dir, std::string* error) {
     *error = errno == ELOOP || errno == ENOTDIR ? not_a_directory(dir)
                                                 : fmt::format("{}: {}", dir, common::errstr(errno));
   return fd;
+}
+
+// BACKING's root is locked too: whoever may write it can rename BACKING/.fencefs away while a
+// daemon runs, and the next daemon would find a free owner file in a new one. A flock holds on
+// the directory whatever its entries become. Where the filesystem cannot flock a directory (NFS
+// emulates flock with byte-range locks, which need a file open for writing), the owner file's
+// lock and marker are all there is. The locked descriptor, or -1 (*busy: another daemon holds it).
+int lock_backing_root(const std::string& backing, bool shared, bool* busy) {
+  *busy = false;
+  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) return fd;
+  *busy = errno == EWOULDBLOCK;
+  close(fd);
+  return -1;
 }
 
 std::string who(int fd) {
@@ -316,6 +332,14 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
       c->created_owner_ = created && !shared;  // other members may hold it already
       if (shared) c->created_marker_dir_ = false;
   }
+  if (bool busy; (c->root_lock_fd_ = lock_backing_root(req.backing, shared, &busy)) < 0 && busy) {
+    *error = fmt::format(
+        "backing {} is locked by another fencefs daemon{}, though its owner file is free: "
+        "BACKING/.fencefs was renamed or replaced while that daemon ran; unmount it first",
+        req.backing, shared ? " outside cluster mode" : "");
+    c->abandon();
+    return nullptr;
+  }
   // Nobody here holds the lock against us. The marker may still name a mount the lock cannot
   // see: another host (locks on shared storage may not reach across hosts), or a copy of it.
   if (!c->check_marker(slurp_fd(fd), error)) {
@@ -400,6 +424,7 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 }
 
 Claim::~Claim() {
+  if (root_lock_fd_ >= 0) close(root_lock_fd_);
   if (state_dir_fd_ >= 0) close(state_dir_fd_);
   if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
@@ -444,7 +469,8 @@ void Claim::abandon() {
       slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
-  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_, &state_dir_fd_}) {
+  for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_, &state_dir_fd_,
+                  &root_lock_fd_}) {
     if (*fd >= 0) close(*fd);
     *fd = -1;
   }

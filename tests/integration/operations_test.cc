@@ -299,6 +299,30 @@ TEST(OneDaemon, ADaemonStartedWithoutStandardDescriptorsKeepsItsStateLock) {
   sh("fusermount3 -u '" + mnt + "'");
 }
 
+// Whoever may write BACKING's root can rename BACKING/.fencefs away while a daemon runs: the
+// next daemon would find a free owner file in a new one. BACKING's root is locked as well, so a
+// second enforcement boundary on the backing is still refused, with any state.
+TEST(OneDaemon, ASecondDaemonIsRefusedAfterTheMarkerDirectoryWasRenamedAway) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(::rename(m.bpath(".fencefs").c_str(), m.bpath("moved").c_str()), 0);
+  std::string mnt2 = make_dir(m, "mnt2"), mnt3 = make_dir(m, "mnt3");
+  Daemon other = run_fencefs({"-o", "state=" + m.root() + "/state2", m.backing(), mnt2}, mnt2,
+                             m.root() + "/2.log");
+  EXPECT_EQ(other.status, 1) << other.out;
+  EXPECT_NE(other.out.find("is locked by another fencefs daemon"), std::string::npos) << other.out;
+  Daemon fresh = run_fencefs({m.backing(), mnt3}, mnt3, m.root() + "/3.log");
+  EXPECT_EQ(fresh.status, 1) << fresh.out;
+  EXPECT_NE(fresh.out.find("BACKING/.fencefs was renamed or replaced"), std::string::npos)
+      << fresh.out;
+  EXPECT_EQ(write_as(m, 1, "f", "one"), 0);  // the first mount still serves
+  // Once it is gone, the backing is free again.
+  ASSERT_EQ(m.unmount(), 0);
+  Daemon after = run_fencefs({"--init", "-o", "state=" + m.root() + "/state2", m.backing(), mnt2},
+                             mnt2, m.root() + "/4.log");
+  EXPECT_EQ(after.status, kMounted) << after.out;
+}
+
 // Root creates, opens and truncates files by name in the state directory: one that another user
 // owns, or that group or others may write, is refused before anything is made in it.
 TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
