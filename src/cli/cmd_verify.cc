@@ -178,6 +178,12 @@ void Verify::locate(const std::string& backing_arg, const std::string& state_arg
   if (state.empty()) {
     const json::Value* s = status ? status->get("state") : nullptr;
     state = s && s->type == json::Value::Type::String ? s->str : backing + "/.fencefs";
+    // Whoever may write BACKING's root may have put a link there: root reads no state through it.
+    if (struct stat st{}; lstat(state.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+      cannot.push_back(fmt::format(
+          "{} is a symbolic link, not followed (fencefs refuses to mount over one too): give "
+          "the state directory with --state",
+          state));
   }
   if (cannot.empty() && !has_cap_sys_admin())
     cannot.push_back(

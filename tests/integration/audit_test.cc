@@ -1091,6 +1091,28 @@ TEST(FencectlVerify, ReportsAMalformedStampWithItsBytes) {
   EXPECT_NE(std::string::npos, raw.find(R"("stamp":"7 x\u0001\udcff")")) << raw;
 }
 
+// BACKING/.fencefs as a link (whoever may write BACKING's root can put one there): verify, run as
+// root, reads no state through it.
+TEST(FencectlVerify, ALinkAtBackingFencefsIsNotFollowed) {
+  Mount m;
+  ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
+  ASSERT_EQ(0, m.unmount());
+  std::string elsewhere = m.root() + "/elsewhere";
+  ASSERT_EQ(0, ::rename(m.bpath(".fencefs").c_str(), elsewhere.c_str()));
+  ASSERT_EQ(0, ::symlink(elsewhere.c_str(), m.bpath(".fencefs").c_str()));
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  EXPECT_EQ(2, st);
+  ASSERT_TRUE(v);
+  std::string out = sh_out(ctl_cmd("verify '" + m.backing() + "' 2>&1"));
+  EXPECT_NE(std::string::npos, out.find("is a symbolic link, not followed")) << out;
+  // Named as the state, it is read.
+  v = ctl_json("verify '" + m.backing() + "' --state '" + elsewhere + "' --json", &st);
+  EXPECT_EQ(0, st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ("clean", S(*v, "status"));
+}
+
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
