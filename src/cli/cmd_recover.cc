@@ -169,31 +169,12 @@ bool record_recovery(const std::string& dir, uint64_t floor, int rc,
   return log.failures() == 0;
 }
 
-// --state as named, its parent made canonical and its last component not followed ("" for "."
-// or ".."): differs from the canonical DIR when that component was a link.
-std::string named_place(const std::string& arg) {
-  std::string s = arg;
-  while (s.size() > 1 && s.back() == '/') s.pop_back();
-  size_t slash = s.rfind('/');
-  std::string name = slash == std::string::npos ? s : s.substr(slash + 1);
-  if (name.empty() || name == "." || name == "..") return "";
-  std::string parent = canonical(journal::parent_dir(s));
-  return parent == "/" ? "/" + name : parent + "/" + name;
-}
-
 // It writes there as root, as the daemon does: through the directory it checked. A link in
 // the way (BACKING/.fencefs, the default) that others may have put there is not followed.
 int open_checked_state(const std::string& state_arg, const std::string& dir, std::string* why) {
-  std::string named = named_place(state_arg);
-  bool linked = !named.empty() && named != dir;
-  if (linked && !journal::only_we_may_write(journal::parent_dir(named))) {
-    *why = fmt::format(
-        "state directory {} is a symbolic link in a directory others may write (to {}); name "
-        "the state directory itself",
-        named, dir);
-    return -1;
-  }
-  return journal::open_private_state_dir(dir, !linked, why);
+  std::string named = common::with_canonical_parent(state_arg).value_or(dir);
+  if (!journal::state_link_acceptable(named, dir, "", why)) return -1;
+  return journal::open_private_state_dir(dir, named == dir, why);
 }
 
 // What recover --json prints once the state was found free.

@@ -193,29 +193,16 @@ double parse_seconds(const char* s, const char* what) {
   return v;
 }
 
-// PATH with its parent made canonical and its last component as given (not followed); nullopt
-// when that is "." or "..".
-std::optional<std::string> canonical_parent(const std::string& path, const char* what) {
-  char real[PATH_MAX];
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  size_t slash = p.rfind('/');
-  std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : p.substr(0, slash);
-  std::string name = slash == std::string::npos ? p : p.substr(slash + 1);
-  if (name.empty() || name == "." || name == "..") return std::nullopt;
-  if (!realpath(parent.c_str(), real))
-    die(fmt::format("{} {}: {}: {}", what, path, parent, common::errstr(errno)));
-  std::string out = real;
-  return out == "/" ? "/" + name : out + "/" + name;
-}
-
 // The canonical form of PATH, which need not exist yet (its parent must).
 std::string canonical_maybe_missing(const std::string& path, const char* what) {
   char real[PATH_MAX];
   if (realpath(path.c_str(), real)) return real;
   if (errno != ENOENT) die(fmt::format("{} {}: {}", what, path, common::errstr(errno)));
-  auto out = canonical_parent(path, what);
-  if (!out) die(fmt::format("{} {}: not a directory name", what, path));
+  errno = 0;
+  auto out = common::with_canonical_parent(path);
+  if (!out)
+    die(fmt::format("{} {}: {}", what, path,
+                    errno ? common::errstr(errno) : std::string("not a directory name")));
   return *out;
 }
 
@@ -351,21 +338,10 @@ void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   std::string& state = o.state = backing + "/.fencefs";
   if (a.state) {
     state = canonical_maybe_missing(a.state, "state directory");
-    // A link as its last component is followed only where nobody else may have put it: not in
-    // BACKING (whoever may write its root may), nor in a directory others may write. The claim
-    // then opens the state without following a link swapped in since.
-    if (auto named = canonical_parent(a.state, "state directory"); named && *named != state) {
-      if (under(*named, backing))
-        die(fmt::format(
-            "state directory {} is a symbolic link inside BACKING; fencefs follows no link there: "
-            "use BACKING/.fencefs or a directory outside BACKING",
-            *named));
-      if (!journal::only_we_may_write(journal::parent_dir(*named)))
-        die(fmt::format(
-            "state directory {} is a symbolic link in a directory others may write (to {}); name "
-            "the state directory itself",
-            *named, state));
-    }
+    std::string why;
+    if (!journal::state_link_acceptable(common::with_canonical_parent(a.state).value_or(state),
+                                        state, backing, &why))
+      die(why);
     if (under(state, backing) && state != backing + "/.fencefs")
       die(
           fmt::format("state directory {} is inside BACKING and would be reachable through the "

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/path.h"
 
 namespace fencefs::journal {
 namespace {
@@ -102,10 +103,34 @@ int open_private_state_dir(const std::string& state, bool nofollow, std::string*
   return dfd;
 }
 
+namespace {
+
 bool only_we_may_write(const std::string& dir) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return false;
   return (st.st_uid == geteuid() || st.st_uid == 0) && !(st.st_mode & (S_IWGRP | S_IWOTH));
+}
+
+}  // namespace
+
+bool state_link_acceptable(const std::string& named, const std::string& canonical,
+                           const std::string& backing, std::string* error) {
+  if (named == canonical) return true;
+  if (!backing.empty() && common::under(named, backing)) {
+    *error = fmt::format(
+        "state directory {} is a symbolic link inside BACKING; fencefs follows no link there: use "
+        "BACKING/.fencefs or a directory outside BACKING",
+        named);
+    return false;
+  }
+  if (!only_we_may_write(parent_dir(named))) {
+    *error = fmt::format(
+        "state directory {} is a symbolic link in a directory others may write (to {}); name the "
+        "state directory itself",
+        named, canonical);
+    return false;
+  }
+  return true;
 }
 
 bool state_dir_is_private(const std::string& state, std::string* error) {

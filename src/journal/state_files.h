@@ -16,13 +16,17 @@ std::string parent_dir(const std::string& dir);
 // process as the storage sees it (NFS root_squash maps root to nobody: a probe file made in it
 // tells) and be writable by nobody else. False with the reason, naming the fix, in *error.
 bool state_dir_is_private(const std::string& dir, std::string* error);
-// Whether DIR is writable only by this process's user or root: a link placed in it was not put
-// (or swapped) there by anyone else.
-bool only_we_may_write(const std::string& dir);
 // The same check, keeping the directory: an O_RDONLY descriptor of it (its files are then reached
 // through that, common/anchored.h), or -1 with the reason in *error. nofollow: refuse a link as
 // its last component (a state directory inside BACKING, where others may put one).
 int open_private_state_dir(const std::string& dir, bool nofollow, std::string* error);
+// The state directory as named (`named`: its parent made canonical, its last component as given)
+// against where it resolved (`canonical`). When they differ, the last component is a link, which
+// is followed only where nobody else may have put it: not inside `backing` (whoever may write its
+// root may; "" when unknown) nor in a directory writable by anyone but this user and root. False
+// with the reason in *error.
+bool state_link_acceptable(const std::string& named, const std::string& canonical,
+                           const std::string& backing, std::string* error);
 
 struct Paths {
   explicit Paths(const std::string& d);
