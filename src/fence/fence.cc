@@ -184,6 +184,7 @@ int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
     int err = heal_journal(c);
     if (err) return err;
   }
+  if (before_advance_) before_advance_(d, before);
   int err = store_.advance(d.id, token);
   if (err) return err;
   // Set under the exclusive lock, so no admission sees the new epoch without the mark.

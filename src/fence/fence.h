@@ -136,6 +136,12 @@ class Fence {
   // the only authority. Set before mounting.
   void set_authority(EpochAuthority* a) { authority_ = a; }
   EpochAuthority* authority() const { return authority_; }
+  // Runs under d's exclusive lock just before its epoch moves past `old`: nothing admitted under
+  // `old` is in flight, nothing is admitted until it returns. The filesystem stamps the files its
+  // still-open handles wrote under `old`. Set before mounting.
+  void set_before_advance(std::function<void(Domain& d, Epoch old)> f) {
+    before_advance_ = std::move(f);
+  }
   // This member's part of a cluster advance: waits for every operation admitted below `token`
   // (d's lock, exclusively), runs flush (data written under the old epoch made durable), then
   // makes `token` d's durable local epoch. uncommitted: tokens >= it wait for the commit.
@@ -179,6 +185,7 @@ class Fence {
   HighWater* highwater_;
   proc::ProcessInfo& procs_;
   EpochAuthority* authority_ = nullptr;
+  std::function<void(Domain&, Epoch)> before_advance_;
   std::atomic<int64_t> last_heal_ns_{0};
   common::Mutex domain_add_mu_;  // one add_domain at a time; before the DomainTable's lock
 };

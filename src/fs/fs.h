@@ -21,6 +21,7 @@
 #include "fence/stamp.h"
 #include "fs/fd_budget.h"
 #include "fs/node_table.h"
+#include "fs/open_writers.h"
 #include "fs/pagecache.h"
 #include "fs/readcache.h"
 
@@ -88,7 +89,8 @@ struct Handle {
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   uid_t charged_uid = 0;           // whose FdBudget share holds this handle
   bool charged = false;
-  PageCache* tracker = nullptr;  // set while it may write through a shared mapping
+  PageCache* tracker = nullptr;    // set while it may write through a shared mapping
+  OpenWriters* writers = nullptr;  // set while tracked as open for writing
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};
@@ -146,6 +148,9 @@ class Fs {
   Epoch stamp_of(Inode& i, int fd = -1, const Domain* in = nullptr);
   // Records epoch `e` of domain d (and current size/mtime) as the inode's stamp. fd: real or -1.
   void stamp(Inode& i, int fd, Epoch e, const Domain& d);
+  // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
+  // still open under `old` wrote (their holders, superseded, will not restamp at close).
+  void stamp_writers(const Domain& d, Epoch old);
 
   // After renameat2: the moved entry is (np, newname) (with RENAME_EXCHANGE the other one is
   // (p, name)). moved_to: the domain a file moved into, restamped with `token` there.
@@ -168,6 +173,8 @@ class Fs {
   PageCache pagecache;
   // Whether a read-only open may keep the kernel's cached pages of its file.
   ReadCache readcache;
+  // Handles open for writing: stamped by an advance of their domain.
+  OpenWriters writers;
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;

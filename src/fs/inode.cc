@@ -48,6 +48,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
   budget_ = std::make_unique<FdBudget>(limit);
+  fence_.set_before_advance([this](Domain& d, Epoch old) { stamp_writers(d, old); });
   // Filesystems whose regular files have no flush operation: close(2) reports nothing there
   // (NFS, CIFS, FUSE and the like report write-back errors at close, so they keep FLUSH).
   struct statfs sfs;
@@ -84,6 +85,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
 }
 
 Fs::~Fs() {
+  fence_.set_before_advance({});
   for (auto& [k, i] : table_)
     if (i.fd >= 0) ::close(i.fd);
   if (root_.fd >= 0) ::close(root_.fd);
@@ -408,6 +410,14 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   }
   i.stamp_domain.store(d.id, std::memory_order_release);
   i.stamp.store(e, std::memory_order_release);
+}
+
+void Fs::stamp_writers(const Domain& d, Epoch old) {
+  writers.each([&](Handle& h) {
+    if (h.domain == &d && h.dirty.load() && !h.stale.load() && h.token.load() == old &&
+        &domain_of(*h.inode) == &d)
+      stamp(*h.inode, h.fd, old, d);
+  });
 }
 
 void Fs::renamed(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,

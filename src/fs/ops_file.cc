@@ -105,7 +105,17 @@ static Handle* new_handle(fuse_req_t req, int fd, Inode& i, Domain* d, Epoch tok
   h->domain = d;
   h->token = token;
   h->writable = writable;
+  if (writable) {
+    fs(req).writers.track(h);
+    h->writers = &fs(req).writers;
+  }
   return h;
+}
+
+// Before its fd is closed: an advance stamps through the fds of tracked handles.
+static void untrack_writer(Handle& h) {
+  if (h.writers) h.writers->untrack(&h);
+  h.writers = nullptr;
 }
 
 static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
@@ -174,6 +184,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   set_open_flags(f, fi, writable);
   if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
     if (writable) f.readcache.writer_closed(i);
+    untrack_writer(*h);
     ::close(fd);
     i.open_handles--;
     f.budget().give(h->charged_uid);
@@ -292,6 +303,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   set_open_flags(f, fi, true);
   if (fuse_reply_create(req, &e, fi) == -ENOENT) {
     f.readcache.writer_closed(i);
+    untrack_writer(*h);
     ::close(fd);
     i.open_handles--;
     f.budget().give(h->charged_uid);
@@ -386,6 +398,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
       f.stamp(*h->inode, h->fd, h->token.load(), d);
   }
   if (h->writable && h->inode->kind == Kind::Real) f.readcache.writer_closed(*h->inode);
+  untrack_writer(*h);
   if (h->fd >= 0) ::close(h->fd);
   if (h->inode->kind == Kind::Real) h->inode->open_handles--;
   if (h->charged) f.budget().give(h->charged_uid);

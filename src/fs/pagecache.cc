@@ -12,6 +12,7 @@ namespace fencefs::fs {
 
 Handle::~Handle() {
   if (tracker) tracker->untrack(*this);
+  if (writers) writers->untrack(this);
 }
 
 void PageCache::start(fuse_session* se) {

@@ -1113,6 +1113,41 @@ TEST(FencectlVerify, ALinkAtBackingFencefsIsNotFollowed) {
   EXPECT_EQ("clean", S(*v, "status"));
 }
 
+// A holder superseded before it closes never restamps its file; the advance stamps what it wrote
+// under the old epoch, so its admitted writes are not reported as a change outside fencefs. A
+// direct edit afterwards still is.
+TEST(FencectlVerify, ASupersededWritersAdmittedWritesAreNotAFinding) {
+  Mount m;
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 2")) return 1;
+              int fd = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+              if (fd < 0 || write(fd, "admitted", 8) != 8) return 2;
+              if (in_child([&] { return m.ctl("advance / 3"); }) != 0) return 3;
+              if (write(fd, "late", 4) != -1 || errno != ESTALE) return 4;
+              ::close(fd);
+              return 0;
+            }));
+  EXPECT_EQ("admitted", slurp(m.bpath("f")));
+  std::string b = "'" + m.backing() + "'";
+  int st;
+  auto v = ctl_json("verify " + b + " --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(0, st) << sh_out(ctl_cmd("verify " + b));
+  EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
+  ASSERT_EQ(0, m.unmount());
+  v = ctl_json("verify " + b + " --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(0, st) << sh_out(ctl_cmd("verify " + b));
+  {
+    std::ofstream out(m.bpath("f"), std::ios::app);
+    out << " and edited";
+  }
+  v = ctl_json("verify " + b + " --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(1, st);
+  EXPECT_EQ(std::vector<std::string>{"changed outside fencefs /f"}, finding_kinds(*v));
+}
+
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
