@@ -133,11 +133,4 @@ bool state_link_acceptable(const std::string& named, const std::string& canonica
   return true;
 }
 
-bool state_dir_is_private(const std::string& state, std::string* error) {
-  int fd = open_private_state_dir(state, false, error);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
 }  // namespace fencefs::journal

@@ -12,13 +12,11 @@ namespace fencefs::journal {
 
 std::string parent_dir(const std::string& dir);
 
-// Root creates, opens and truncates files in a state directory by name: it must belong to this
-// process as the storage sees it (NFS root_squash maps root to nobody: a probe file made in it
-// tells) and be writable by nobody else. False with the reason, naming the fix, in *error.
-bool state_dir_is_private(const std::string& dir, std::string* error);
-// The same check, keeping the directory: an O_RDONLY descriptor of it (its files are then reached
-// through that, common/anchored.h), or -1 with the reason in *error. nofollow: refuse a link as
-// its last component (a state directory inside BACKING, where others may put one).
+// Root creates, opens and truncates files in a state directory: it must belong to this process as
+// the storage sees it (NFS root_squash maps root to nobody: a probe file made in it tells) and be
+// writable by nobody else. An O_RDONLY descriptor of it (its files are then reached through that,
+// common/anchored.h), or -1 with the reason, naming the fix, in *error. nofollow: refuse a link
+// as its last component.
 int open_private_state_dir(const std::string& dir, bool nofollow, std::string* error);
 // The state directory as named (`named`: its parent made canonical, its last component as given)
 // against where it resolved (`canonical`). When they differ, the last component is a link, which
