@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -158,19 +157,30 @@ int open_marker_dir(const std::string& dir, std::string* error) {
   return fd;
 }
 
-// BACKING's root is locked too: whoever may write it can rename BACKING/.fencefs away while a
-// daemon runs, and the next daemon would find a free owner file in a new one. A flock holds on
-// the directory whatever its entries become. Where the filesystem cannot flock a directory (NFS
-// emulates flock with byte-range locks, which need a file open for writing), the owner file's
-// lock and marker are all there is. The locked descriptor, or -1 (*busy: another daemon holds it).
-int lock_backing_root(const std::string& backing, bool shared, bool* busy) {
+// BACKING itself is locked too, through a file of root's named after its root directory's
+// identity: whoever may write BACKING's root can rename BACKING/.fencefs away while a daemon
+// runs, and the next daemon would find a free owner file in a new one. Not a lock on BACKING's
+// root: anyone who may read it could hold one and keep every daemon off. Local to this host. The
+// locked descriptor, or -1 (*busy: a daemon holds it; else it could not be made, e.g. not root).
+int lock_backing_identity(const std::string& backing, bool shared, bool* busy) {
   *busy = false;
-  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) == 0) return fd;
-  *busy = errno == EWOULDBLOCK;
-  close(fd);
-  return -1;
+  struct stat st {
+  }, ds{};
+  const char* dir = "/run/fencefs";
+  if (stat(backing.c_str(), &st) != 0 || (mkdir(dir, 0700) != 0 && errno != EEXIST)) return -1;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd = -1;
+  std::string name = fmt::format("backing-{}-{}.lock", st.st_dev, st.st_ino), error;
+  bool created = false;
+  if (dfd >= 0 && fstat(dfd, &ds) == 0 && ds.st_uid == geteuid() &&
+      !(ds.st_mode & (S_IWGRP | S_IWOTH))) {
+    Lock l = lock_file(dfd, name, fmt::format("{}/{}", dir, name), &fd, &created, &error,
+                       shared ? F_RDLCK : F_WRLCK);
+    *busy = l == Lock::Busy;
+    if (l == Lock::Busy) close(fd);
+    if (l != Lock::Taken) fd = -1;
+  }
+  if (dfd >= 0) close(dfd);
+  return fd;
 }
 
 std::string who(int fd) {
@@ -332,7 +342,8 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
       c->created_owner_ = created && !shared;  // other members may hold it already
       if (shared) c->created_marker_dir_ = false;
   }
-  if (bool busy; (c->root_lock_fd_ = lock_backing_root(req.backing, shared, &busy)) < 0 && busy) {
+  if (bool busy;
+      (c->root_lock_fd_ = lock_backing_identity(req.backing, shared, &busy)) < 0 && busy) {
     *error = fmt::format(
         "backing {} is locked by another fencefs daemon{}, though its owner file is free: "
         "BACKING/.fencefs was renamed or replaced while that daemon ran; unmount it first",

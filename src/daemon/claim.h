@@ -75,7 +75,7 @@ class Claim {
   int owner_fd_ = -1;
   int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
   int marker_dir_fd_ = -1;    // BACKING/.fencefs, opened without following a link
-  int root_lock_fd_ = -1;     // BACKING's root, flocked (-1 where flock does not work)
+  int root_lock_fd_ = -1;     // /run/fencefs/backing-DEV-INO.lock (-1 where it cannot be made)
   bool created_state_lock_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;

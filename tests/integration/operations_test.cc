@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -321,6 +322,19 @@ TEST(OneDaemon, ASecondDaemonIsRefusedAfterTheMarkerDirectoryWasRenamedAway) {
   Daemon after = run_fencefs({"--init", "-o", "state=" + m.root() + "/state2", m.backing(), mnt2},
                              mnt2, m.root() + "/4.log");
   EXPECT_EQ(after.status, kMounted) << after.out;
+}
+
+// Anyone who may read BACKING's root can flock it: that must not keep a daemon off the backing.
+TEST(OneDaemon, ALockOnBackingsRootDirectoryDoesNotKeepTheDaemonOff) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt";
+  for (auto& d : {backing, mnt}) ::mkdir(d.c_str(), 0755);
+  int fd = ::open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+  Daemon r = run_fencefs({backing, mnt}, mnt, t.path + "/1.log");
+  ::close(fd);
+  EXPECT_EQ(r.status, kMounted) << r.out;
 }
 
 // Root creates, opens and truncates files by name in the state directory: one that another user
