@@ -36,6 +36,7 @@
 #include "fence/fence.h"
 #include "fs/fs.h"
 #include "fs/kernel_io.h"
+#include "fs/loop.h"
 
 using namespace fencefs;
 
@@ -214,12 +215,7 @@ void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floo
 
 int serve(fuse_session* se, bool singlethread) {
   if (singlethread) return fuse_session_loop(se);
-  fuse_loop_config* lc = fuse_loop_cfg_create();
-  fuse_loop_cfg_set_clone_fd(lc, 1);  // a /dev/fuse fd per worker: measured less daemon CPU
-  fuse_loop_cfg_set_max_threads(lc, 16);
-  int ret = fuse_session_loop_mt(se, lc);
-  fuse_loop_cfg_destroy(lc);
-  return ret;
+  return fs::serve_workers(se, 16);
 }
 
 // The command line into a and copts; an exit status when there is nothing to mount (help,

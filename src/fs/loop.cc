@@ -1,0 +1,146 @@
+#include "fs/loop.h"
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace fencefs::fs {
+namespace {
+
+constexpr int kReaders = 2;  // workers waiting in read(2) at once, at most
+
+class Loop {
+ public:
+  Loop(fuse_session* se, int max_workers) : se_(se), max_(max_workers) { sem_init(&ended_, 0, 0); }
+  ~Loop() { sem_destroy(&ended_); }
+
+  int run() {
+    {
+      std::lock_guard lk(mu_);
+      if (!spawn_locked()) return -EAGAIN;
+    }
+    // Posted by every worker that leaves; the session has ended once one has.
+    while (!fuse_session_exited(se_)) sem_wait(&ended_);
+    std::vector<pthread_t> all;
+    {
+      std::lock_guard lk(mu_);
+      ended_flag_ = true;
+      // Only a worker waiting in read(2) can be cancelled there (see work()); one processing a
+      // request finishes it, and a parked one wakes below.
+      for (auto& w : workers_) pthread_cancel(w->thread);
+      for (auto& w : workers_) all.push_back(w->thread);
+    }
+    parked_cv_.notify_all();
+    for (pthread_t t : all) pthread_join(t, nullptr);
+    return error_;
+  }
+
+ private:
+  struct Worker {
+    Loop* loop;
+    pthread_t thread{};
+    fuse_buf buf{};
+    ~Worker() { free(buf.mem); }
+  };
+
+  static void* start(void* arg) {
+    auto* w = static_cast<Worker*>(arg);
+    w->loop->work(*w);
+    return nullptr;
+  }
+
+  // Under mu_. Signals go to the daemon's signal thread, never to a worker.
+  bool spawn_locked() {
+    auto w = std::make_unique<Worker>();
+    w->loop = this;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int err = pthread_create(&w->thread, nullptr, &Loop::start, w.get());
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    if (err != 0) {
+      log::warn("cannot start a FUSE worker: {}", common::errstr(err));
+      return false;
+    }
+    workers_.push_back(std::move(w));
+    return true;
+  }
+
+  void work(Worker& w) {
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+    std::unique_lock lk(mu_);
+    while (!ended_flag_ && !fuse_session_exited(se_)) {
+      if (readers_ >= kReaders + busy_) {
+        parked_++;
+        parked_cv_.wait(lk);
+        parked_--;
+        continue;
+      }
+      readers_++;
+      lk.unlock();
+      pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, nullptr);
+      int r = fuse_session_receive_buf(se_, &w.buf);
+      pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+      lk.lock();
+      readers_--;
+      if (r == -EINTR || r == -EAGAIN) continue;
+      if (r <= 0) {  // 0: unmounted (libfuse has ended the session)
+        if (r < 0) {
+          error_ = r;
+          fuse_session_exit(se_);
+        }
+        break;
+      }
+      // Nobody left in read(2): another worker must be, or later requests would wait behind
+      // this one however long it takes.
+      if (readers_ == 0) {
+        if (parked_ > 0) {
+          parked_cv_.notify_one();
+        } else if (static_cast<int>(workers_.size()) < max_) {
+          spawn_locked();
+        }
+      }
+      busy_++;
+      lk.unlock();
+      fuse_session_process_buf(se_, &w.buf);
+      lk.lock();
+      busy_--;
+    }
+    lk.unlock();
+    parked_cv_.notify_all();
+    sem_post(&ended_);
+  }
+
+  fuse_session* se_;
+  const int max_;
+  sem_t ended_;
+  std::mutex mu_;
+  std::condition_variable parked_cv_;
+  std::vector<std::unique_ptr<Worker>> workers_;  // under mu_; kept until the loop ends
+  int readers_ = 0;                               // under mu_
+  int parked_ = 0;                                // under mu_
+  int busy_ = 0;                                  // under mu_: workers processing a request
+  bool ended_flag_ = false;                       // under mu_
+  int error_ = 0;                                 // under mu_ (read after the joins)
+};
+
+}  // namespace
+
+int serve_workers(fuse_session* se, int max_workers) {
+  Loop loop(se, max_workers);
+  return loop.run();
+}
+
+}  // namespace fencefs::fs

@@ -1,0 +1,18 @@
+// The multithreaded request loop.
+//
+// libfuse 3.14's loop lets every idle worker wait in read(2) on /dev/fuse, and the kernel hands a
+// request to the reader that has waited longest. A caller's requests then rotate over all idle
+// workers, each woken cold and often preempting the one that has just replied. Here at most two
+// workers wait in read(2); the others park until both are busy, so a sequential caller is served
+// by two warm threads while up to `max_workers` requests can still block at once (an advance's
+// fdatasync, a slow backing).
+#pragma once
+
+struct fuse_session;
+
+namespace fencefs::fs {
+
+// Serves `se` until the session ends (unmount). Returns 0, or the negative errno that ended it.
+int serve_workers(fuse_session* se, int max_workers);
+
+}  // namespace fencefs::fs

@@ -1,0 +1,135 @@
+// The daemon's request loop (src/fs/loop.cc): a sequential caller is served by two warm worker
+// threads, not by every idle one in turn; requests blocked inside the daemon never hold up others.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include "integration/mount_fixture.h"
+
+namespace fencefs::testing {
+namespace {
+
+// Context switches (voluntary + involuntary) of each thread of pid, by thread id.
+std::map<pid_t, long> switches(pid_t pid) {
+  std::map<pid_t, long> out;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string st = slurp(dir + "/" + e->d_name + "/status");
+    long n = 0;
+    for (const char* key : {"\nvoluntary_ctxt_switches:", "\nnonvoluntary_ctxt_switches:"}) {
+      size_t at = st.find(key);
+      if (at != std::string::npos) n += std::stol(st.substr(at + strlen(key)));
+    }
+    out[static_cast<pid_t>(std::stol(e->d_name))] = n;
+  }
+  closedir(d);
+  return out;
+}
+
+TEST(Workers, ASequentialCallerIsServedByTwoThreads) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  struct statvfs sv;
+  for (int k = 0; k < 200; k++) ASSERT_EQ(0, statvfs(m.mnt().c_str(), &sv));  // warm up
+  constexpr int kCalls = 3000;  // one STATFS request each, never answered by the kernel's caches
+  auto before = switches(m.daemon_pid());
+  for (int k = 0; k < kCalls; k++) ASSERT_EQ(0, statvfs(m.mnt().c_str(), &sv));
+  auto after = switches(m.daemon_pid());
+  long total = 0;
+  int busy = 0;
+  std::string seen;
+  for (auto& [tid, n] : after) {
+    long d = n - (before.count(tid) ? before[tid] : 0);
+    total += d;
+    if (d >= kCalls / 10) busy++;
+    seen += " " + std::to_string(tid) + ":" + std::to_string(d);
+  }
+  // The measure works: the workers slept between requests.
+  EXPECT_GE(total, kCalls / 2) << seen;
+  // Every idle worker waiting in read(2) would take its turn (libfuse's loop: 4 or more here).
+  EXPECT_LE(busy, 2) << "threads that served a tenth of the requests or more:" << seen;
+}
+
+// Runs cmd in a child; its exit status if it ends within ms, else -1 (left running in *left).
+int finishes_within(const std::string& cmd, int ms, pid_t* left) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t <= ms; t += 20) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  *left = pid;
+  return -1;
+}
+
+TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
+  // fencefs with its journal on a bindfs mount whose daemon we stop: an advance then blocks
+  // inside fencefs' daemon in the journal's write, and every advance after it behind that one.
+  std::string dir = temp_dir("workers");
+  ASSERT_FALSE(dir.empty());
+  std::string src = dir + "/src", bmnt = dir + "/bait";
+  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
+  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
+  pid_t bait = fork();
+  if (bait == 0) {
+    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  struct Undo {  // after fencefs is unmounted, whatever failed: the bait goes
+    pid_t bait;
+    std::string bmnt;
+    ~Undo() {
+      kill(bait, SIGCONT);
+      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
+      kill(bait, SIGTERM);
+      waitpid(bait, nullptr, 0);
+      untrack_mount(bmnt);
+    }
+  } undo{bait, bmnt};
+  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
+  track_mount(bmnt);
+  Mount m({"-o", "state=" + bmnt + "/s"});
+  std::vector<pid_t> stuck;
+  struct Resume {  // before fencefs is unmounted: the bait runs again, the blocked calls end
+    pid_t bait;
+    std::vector<pid_t>& stuck;
+    ~Resume() {
+      kill(bait, SIGCONT);
+      for (pid_t p : stuck) waitpid(p, nullptr, 0);
+    }
+  } resume{bait, stuck};
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_TRUE(freeze(bait));
+  constexpr int kBlocked = 6;  // more than the workers the loop keeps waiting in read(2)
+  for (int k = 1; k <= kBlocked; k++) {
+    pid_t left = -1;
+    std::string cmd = std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / " +
+                      std::to_string(k) + " >/dev/null 2>&1";
+    EXPECT_EQ(-1, finishes_within(cmd, 100, &left)) << "advance " << k << " did not block";
+    if (left > 0) stuck.push_back(left);
+  }
+  // Served by another worker meanwhile: it needs neither the journal nor the domain's lock.
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within("cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null", 10000, &left))
+      << "a request not touching the journal waited behind " << kBlocked << " blocked ones";
+  if (left > 0) stuck.push_back(left);
+}
+
+}  // namespace
+}  // namespace fencefs::testing
