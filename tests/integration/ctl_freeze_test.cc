@@ -19,23 +19,6 @@ namespace {
 constexpr uid_t kNobody = 65534;
 constexpr size_t kBait = 1 << 16;
 
-// Runs cmd in a child; its exit status if it ends within ms, else -1 (left running: the caller
-// reaps it once the stall is lifted).
-int finishes_within(const std::string& cmd, int ms, pid_t* left) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int t = 0; t <= ms; t += 20) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  *left = pid;
-  return -1;
-}
-
 TEST(CtlFreeze, StalledControlFileWriterDoesNotBlockCoordinators) {
   Mount m;
   // The hostile user's buffer: a never-read file on a second FUSE mount whose daemon we stop.

@@ -90,6 +90,21 @@ bool freeze(pid_t pid) {
   return false;
 }
 
+int finishes_within(const std::string& cmd, int ms, pid_t* left) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t <= ms; t += 20) {
+    int st;
+    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  *left = pid;
+  return -1;
+}
+
 int sh(const std::string& cmd) {
   int st = std::system(cmd.c_str());
   if (st == -1) return -1;

@@ -24,6 +24,10 @@ std::string sh_out(const std::string& cmd, int* status = nullptr);
 // before they are, and a thread still running may serve one more request. True once stopped.
 bool freeze(pid_t pid);
 
+// Runs cmd with /bin/sh in a child: its exit status if it ends within ms, else -1 with the child
+// left running in *left (the caller reaps it once whatever held it up is lifted).
+int finishes_within(const std::string& cmd, int ms, pid_t* left);
+
 // Whether something is mounted at mnt (/proc/mounts).
 bool is_mounted(const std::string& mnt);
 // Mounts a test makes itself (its own daemons): tracked ones are detached at exit, like Mount's.

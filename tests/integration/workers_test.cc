@@ -60,22 +60,6 @@ TEST(Workers, ASequentialCallerIsServedByTwoThreads) {
   EXPECT_LE(busy, 2) << "threads that served a tenth of the requests or more:" << seen;
 }
 
-// Runs cmd in a child; its exit status if it ends within ms, else -1 (left running in *left).
-int finishes_within(const std::string& cmd, int ms, pid_t* left) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int t = 0; t <= ms; t += 20) {
-    int st;
-    if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  *left = pid;
-  return -1;
-}
-
 TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   // fencefs with its journal on a bindfs mount whose daemon we stop: an advance then blocks
   // inside fencefs' daemon in the journal's write, and every advance after it behind that one.
