@@ -147,8 +147,7 @@ class Fs {
   // when another domain issued it. fd: an open fd of it, or -1.
   Epoch stamp_of(Inode& i, int fd = -1, const Domain* in = nullptr);
   // Records epoch `e` of domain d (and current size/mtime) as the inode's stamp. fd: real or -1.
-  // known: the file's attributes when the caller has just read them (saves reading them again).
-  void stamp(Inode& i, int fd, Epoch e, const Domain& d, const struct stat* known = nullptr);
+  void stamp(Inode& i, int fd, Epoch e, const Domain& d);
   // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
   // still open under `old` wrote (their holders, superseded, will not restamp at close).
   void stamp_writers(const Domain& d, Epoch old);

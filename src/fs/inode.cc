@@ -387,7 +387,7 @@ Epoch Fs::stamp_of(Inode& i, int fd, const Domain* in) {
   return i.stamp.load(std::memory_order_acquire);
 }
 
-void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d, const struct stat* known) {
+void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   if (!opts_.stamps || i.type != S_IFREG) return;
   Pinned pin(*this, fd >= 0 ? nullptr : &i);
   if (pin.error()) return;
@@ -398,9 +398,8 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d, const struct stat* kn
   // Within one domain stamps never go down, whatever order handles close in.
   if ((sd == d.id || sd == fence::kAnyDomain) && e < cur) e = cur;
   struct stat st;
-  int r = known ? 0 : fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
+  int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
   if (r != 0) return;
-  if (known) st = *known;
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
                                       st.st_mtim.tv_nsec, d.id);
   r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)

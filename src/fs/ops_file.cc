@@ -257,7 +257,6 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   int fd = -1;
   bool created = false;
   fuse_entry_param e;
-  struct stat st;  // of the file opened, once it is the entry's
   // The name may change in BACKING at any moment: retry (a few times) until the entry looked up
   // is the file opened.
   for (int attempt = 0; fd < 0 && attempt < 4; attempt++) {
@@ -267,6 +266,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
       return (void)fuse_reply_err(req, err);
     }
     err = f.do_lookup(parent, name, &e);
+    struct stat st;
     if (!err && (fstat(fd, &st) != 0 || st.st_ino != e.attr.st_ino || st.st_dev != e.attr.st_dev)) {
       f.forget_one(e.ino, 1);
       err = EAGAIN;
@@ -294,8 +294,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     i.stamp.store(0, std::memory_order_release);
   }
   // Stamped now, under the admission: a holder superseded before it closes does not restamp.
-  // Size and mtime as read above: nothing through fencefs has changed them since.
-  f.stamp(i, fd, a.token(), *d, &st);
+  f.stamp(i, fd, a.token(), *d);
   // Not dirty: the stamp above is the file as created; a mutation through the handle marks it.
   Handle* h = new_handle(req, fd, i, d, a.token(), true);
   uncharge.armed = false;
