@@ -6,6 +6,7 @@
 #include <semaphore.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -20,6 +21,9 @@ namespace fencefs::fs {
 namespace {
 
 constexpr int kReaders = 2;  // workers waiting in read(2) at once, at most
+
+// Copies of the one loop's counts, written under its mutex, read without it by the metrics.
+std::atomic<int> g_started, g_reading, g_parked, g_busy;
 
 class Loop {
  public:
@@ -71,10 +75,16 @@ class Loop {
     int err = pthread_create(&w->thread, nullptr, &Loop::start, w.get());
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     if (err != 0) {
-      log::warn("cannot start a FUSE worker: {}", common::errstr(err));
+      // Out of threads (threads-max, pid_max): said once, not once per request.
+      if (!spawn_failed_)
+        log::warn("cannot start a FUSE worker: {} (serving with {})", common::errstr(err),
+                  workers_.size());
+      spawn_failed_ = true;
       return false;
     }
+    pthread_setname_np(w->thread, "fencefs-worker");
     workers_.push_back(std::move(w));
+    publish();
     return true;
   }
 
@@ -84,11 +94,13 @@ class Loop {
     while (!ended_flag_ && !fuse_session_exited(se_)) {
       if (readers_ >= kReaders + busy_) {
         parked_++;
+        publish();
         parked_cv_.wait(lk);
         parked_--;
         continue;
       }
       readers_++;
+      publish();
       lk.unlock();
       pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, nullptr);
       int r = fuse_session_receive_buf(se_, &w.buf);
@@ -113,14 +125,24 @@ class Loop {
         }
       }
       busy_++;
+      publish();
       lk.unlock();
       fuse_session_process_buf(se_, &w.buf);
       lk.lock();
       busy_--;
     }
+    left_++;
+    publish();
     lk.unlock();
     parked_cv_.notify_all();
     sem_post(&ended_);
+  }
+
+  void publish() {  // under mu_
+    g_started.store(static_cast<int>(workers_.size()) - left_, std::memory_order_relaxed);
+    g_reading.store(readers_, std::memory_order_relaxed);
+    g_parked.store(parked_, std::memory_order_relaxed);
+    g_busy.store(busy_, std::memory_order_relaxed);
   }
 
   fuse_session* se_;
@@ -132,6 +154,8 @@ class Loop {
   int readers_ = 0;                               // under mu_
   int parked_ = 0;                                // under mu_
   int busy_ = 0;                                  // under mu_: workers processing a request
+  int left_ = 0;                                  // under mu_: workers that have returned
+  bool spawn_failed_ = false;                     // under mu_
   bool ended_flag_ = false;                       // under mu_
   int error_ = 0;                                 // under mu_ (read after the joins)
 };
@@ -141,6 +165,12 @@ class Loop {
 int serve_workers(fuse_session* se, int max_workers) {
   Loop loop(se, max_workers);
   return loop.run();
+}
+
+WorkerCounts worker_counts() {
+  return WorkerCounts{
+      g_started.load(std::memory_order_relaxed), g_reading.load(std::memory_order_relaxed),
+      g_parked.load(std::memory_order_relaxed), g_busy.load(std::memory_order_relaxed)};
 }
 
 }  // namespace fencefs::fs

@@ -15,4 +15,13 @@ namespace fencefs::fs {
 // Serves `se` until the session ends (unmount). Returns 0, or the negative errno that ended it.
 int serve_workers(fuse_session* se, int max_workers);
 
+// The loop's workers right now, for the metrics (all 0 when the daemon runs single-threaded).
+struct WorkerCounts {
+  int started = 0;  // threads alive in the loop
+  int reading = 0;  // waiting in read(2) on /dev/fuse
+  int parked = 0;   // idle, waiting for both readers to be busy
+  int busy = 0;     // processing a request
+};
+WorkerCounts worker_counts();
+
 }  // namespace fencefs::fs

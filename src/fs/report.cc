@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "fs/fs.h"
+#include "fs/loop.h"
 #include "fs/op_stats.h"
 
 namespace fencefs::fs {
@@ -187,6 +188,16 @@ std::string render_metrics(Fs& f) {
     if (int64_t ns = d->last_advance_unix_ns.load())
       out += fmt::format("fencefs_last_advance_timestamp_seconds{{domain=\"{}\"}} {:.3f}\n",
                          label(d->path), static_cast<double>(ns) / 1e9);
+  fs::WorkerCounts wc = fs::worker_counts();
+  out += fmt::format(
+      "# HELP fencefs_fuse_workers Threads of the request loop by state (0 with -s).\n"
+      "# TYPE fencefs_fuse_workers gauge\n"
+      "fencefs_fuse_workers{{state=\"reading\"}} {}\n"
+      "fencefs_fuse_workers{{state=\"busy\"}} {}\n"
+      "fencefs_fuse_workers{{state=\"parked\"}} {}\n"
+      "# HELP fencefs_fuse_workers_started Threads the request loop has started and not ended.\n"
+      "# TYPE fencefs_fuse_workers_started gauge\nfencefs_fuse_workers_started {}\n",
+      wc.reading, wc.busy, wc.parked, wc.started);
   out += op_stats::render();
   // Every series names its mount: the pages of several mounts can be merged into one scrape.
   return common::prom_with_label(out, "mount", f.opts().mountpoint);

@@ -1,5 +1,6 @@
 // The daemon's request loop (src/fs/loop.cc): requests blocked inside the daemon never hold up
-// others, however few workers it keeps waiting in read(2).
+// others, however few workers it keeps waiting in read(2); idle, only two wait there.
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -52,6 +53,9 @@ TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
     }
   } resume{bait, stuck};
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  // The mount shows before the daemon has written its state and answered the kernel's INIT:
+  // a request served first proves that it is past those writes and in its loop.
+  ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
   ASSERT_TRUE(freeze(bait));
   constexpr int kBlocked = 6;  // more than the workers the loop keeps waiting in read(2)
   for (int k = 1; k <= kBlocked; k++) {
@@ -66,6 +70,46 @@ TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   EXPECT_EQ(0, finishes_within("cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null", 10000, &left))
       << "a request not touching the journal waited behind " << kBlocked << " blocked ones";
   if (left > 0) stuck.push_back(left);
+
+  // Once the blocked calls end, the workers started for them go idle, and only two of them wait
+  // in read(2): the others park (libfuse's own loop keeps up to ten in read(2)).
+  kill(bait, SIGCONT);
+  for (pid_t p : stuck) waitpid(p, nullptr, 0);
+  stuck.clear();
+  const std::string mx = m.mnt() + "/.fencefs/metrics";
+  const std::string mount_label = "mount=\"" + m.mnt() + "\"";
+  std::string text;
+  for (int t = 0; t < 100; t++) {  // the metrics read itself is the one busy worker
+    text = slurp(mx);
+    if (metric(text, "fencefs_fuse_workers", "state=\"busy\"") == 1 &&
+        metric(text, "fencefs_fuse_workers", "state=\"reading\"") == 1)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  long long started = metric(text, "fencefs_fuse_workers_started", mount_label);
+  EXPECT_GE(started, kBlocked + 2) << text;
+  EXPECT_EQ(1, metric(text, "fencefs_fuse_workers", "state=\"busy\"")) << text;
+  EXPECT_EQ(1, metric(text, "fencefs_fuse_workers", "state=\"reading\"")) << text;
+  EXPECT_EQ(started - 2, metric(text, "fencefs_fuse_workers", "state=\"parked\"")) << text;
+  // The kernel's view: worker threads asleep in /dev/fuse's read, once all are idle.
+  int in_read = -1, workers = 0;
+  for (int t = 0; t < 100 && in_read != 2; t++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    in_read = workers = 0;
+    std::string task = "/proc/" + std::to_string(m.daemon_pid()) + "/task";
+    DIR* d = opendir(task.c_str());
+    ASSERT_NE(nullptr, d);
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::string t = task + "/" + e->d_name;
+      if (slurp(t + "/comm") != "fencefs-worker\n") continue;
+      workers++;
+      if (slurp(t + "/wchan") == "fuse_dev_do_read") in_read++;
+    }
+    closedir(d);
+  }
+  EXPECT_EQ(2, in_read) << workers << " workers";
+  EXPECT_EQ(started, workers);
 }
 
 }  // namespace
