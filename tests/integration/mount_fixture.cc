@@ -224,8 +224,9 @@ int Mount::try_mount(std::vector<std::string> extra) {
 }
 
 int Mount::unmount() {
-  if (mounted())
-    sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null || fusermount3 -u -z '" + mnt_ + "'");
+  // The daemon may unmount by itself meanwhile (SIGTERM): then there is nothing to force.
+  if (mounted() && sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null") != 0 && mounted())
+    sh("fusermount3 -u -z '" + mnt_ + "'");
   int status = -1;
   if (pid_ > 0) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
