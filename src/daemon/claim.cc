@@ -296,7 +296,13 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   if (mkdir(dir.c_str(), 0700) == 0) {
     c->created_marker_dir_ = true;
   } else if (errno != EEXIST) {
-    *error = fmt::format("{}: {}", dir, common::errstr(errno));
+    const int err = errno;
+    *error =
+        fmt::format("cannot create {}, the backing's marker (its lock lives there): {}{}", dir,
+                    common::errstr(err),
+                    err == EPERM   ? "; is BACKING's root immutable or append-only? see lsattr -d"
+                    : err == EROFS ? "; fencefs needs BACKING writable"
+                                   : "");
     c->abandon();
     return nullptr;
   }

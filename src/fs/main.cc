@@ -156,13 +156,17 @@ bool backing_has_xattrs(const std::string& backing) {
   if (fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
   constexpr const char* kProbe = "trusted.fencefs.probe";
   bool ok = fsetxattr(fd, kProbe, "1", 1, 0) == 0;
+  const int err = errno;
+  constexpr const char* kLoss =
+      "files get no last-epoch stamps, so a rolled-back state cannot be detected from them";
   if (ok)
     fremovexattr(fd, kProbe);
-  else
-    log::warn(
-        "BACKING does not support trusted.* xattrs ({}): files get no last-epoch stamps, so a "
-        "rolled-back state cannot be detected from them",
-        common::errstr(errno));
+  else if (err == ENOTSUP)
+    log::warn("BACKING does not support trusted.* xattrs ({}): {}", common::errstr(err), kLoss);
+  else  // e.g. EPERM: an immutable or append-only root (chattr +i / +a)
+    log::warn("cannot set a trusted.* xattr on BACKING's root {} ({}{}): {}", backing,
+              common::errstr(err),
+              err == EPERM ? "; is it immutable or append-only? see lsattr -d" : "", kLoss);
   close(fd);
   return ok;
 }

@@ -318,3 +318,38 @@ TEST(Durability, StampsFollowBackingsXattrSupportNotTheStateDirectorys) {
     EXPECT_EQ(0, m.unmount());
   }
 }
+
+// An immutable BACKING root: the daemon cannot make its marker there and says why; made
+// immutable after that, the stamp probe fails with EPERM although the filesystem has xattrs, and
+// the log says which, so nobody goes looking for missing xattr support.
+TEST(Durability, AnImmutableBackingRootIsNamedAsTheReason) {
+  std::string root = temp_dir("immutable");
+  ASSERT_FALSE(root.empty());
+  const std::string b = root + "/b", mnt = root + "/m", state = root + "/state";
+  struct Undo {
+    std::string root, b;
+    ~Undo() { sh("chattr -i '" + b + "' 2>/dev/null; rm -rf '" + root + "'"); }
+  } undo{root, b};
+  ASSERT_EQ(0, sh("mkdir -p '" + b + "' '" + mnt + "' && chattr +i '" + b + "'"));
+  int st;
+  std::string out = sh_out(
+      std::string(FENCEFS_BIN) + " -f -o state=" + state + " " + b + " " + mnt + " 2>&1", &st);
+  EXPECT_EQ(1, st) << out;
+  EXPECT_NE(std::string::npos, out.find("is BACKING's root immutable or append-only")) << out;
+
+  std::string backing;
+  Mount m({"-o", "state=" + state}, [&](const std::string& bk) {
+    backing = bk;
+    sh("mkdir -m 0700 '" + bk + "/.fencefs' && chattr +i '" + bk + "'");
+  });
+  struct Mutable {
+    const std::string& b;
+    ~Mutable() { sh("chattr -i '" + b + "' 2>/dev/null"); }  // before the fixture removes it
+  } mutable_again{backing};
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  std::string log = m.daemon_log();
+  EXPECT_NE(std::string::npos, log.find("is it immutable or append-only")) << log;
+  EXPECT_EQ(std::string::npos, log.find("does not support")) << log;
+  sh("chattr -i '" + backing + "'");
+  EXPECT_EQ(0, m.unmount());
+}

@@ -29,17 +29,18 @@ TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   }
   for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  struct Undo {  // after fencefs is unmounted, whatever failed: the bait goes
+  struct Undo {  // after fencefs is unmounted, whatever failed: the bait goes, then the files
     pid_t bait;
-    std::string bmnt;
+    std::string bmnt, dir;
     ~Undo() {
       kill(bait, SIGCONT);
       sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
       kill(bait, SIGTERM);
       waitpid(bait, nullptr, 0);
       untrack_mount(bmnt);
+      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
     }
-  } undo{bait, bmnt};
+  } undo{bait, bmnt, dir};
   ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
   track_mount(bmnt);
   Mount m({"-o", "state=" + bmnt + "/s"});
