@@ -53,5 +53,8 @@ std::optional<pid_t> tgid_of(pid_t tid);
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
 std::optional<Identity> identity_of(pid_t tid);
+// Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),
+// which hides trusted.* names from everyone else). False when gone or unknown.
+bool sys_admin_capable(pid_t tid);
 
 }  // namespace fencefs::proc

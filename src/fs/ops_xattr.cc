@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/proc.h"
 #include "fs/ops.h"
 
 namespace fencefs::fs {
@@ -98,11 +99,18 @@ void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size) {
   n = listxattr(path.c_str(), raw.data(), raw.size());
   if (n < 0) return (void)fuse_reply_err(req, errno);
   std::string out;
+  int admin = -1;  // asked once, and only when a trusted.* name is there to hide
   for (size_t p = 0; p < static_cast<size_t>(n);) {
     const char* nm = raw.data() + p;
     size_t len = strlen(nm);
-    if (!reserved(nm)) out.append(nm, len + 1);
     p += len + 1;
+    if (reserved(nm)) continue;
+    // The daemon lists as root; natively, trusted.* names show only to CAP_SYS_ADMIN.
+    if (strncmp(nm, "trusted.", 8) == 0) {
+      if (admin < 0) admin = proc::sys_admin_capable(fuse_req_ctx(req)->pid) ? 1 : 0;
+      if (!admin) continue;
+    }
+    out.append(nm, len + 1);
   }
   // Opt-in: tools that copy xattrs (rsync -X) remove names the source lacks, and these refuse.
   if (f.opts().list_xattrs)

@@ -2,6 +2,7 @@
 // turned against the fence or against the host: real mounts, hostile placements.
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -437,4 +438,42 @@ TEST(Hardening, NodeIdsRevealNoAddresses) {
       if (HasFailure()) return;
     }
   }
+}
+
+// The daemon lists xattrs as root; trusted.* names show natively only to CAP_SYS_ADMIN in the
+// initial user namespace. Through the mount, each caller sees what BACKING shows it.
+TEST(Hardening, TrustedXattrNamesShowOnlyToWhomTheyShowNatively) {
+  Mount m = open_mount();
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_EQ(0, job_as(m, 1, 0, [&] {
+              int fd = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT, 0644);
+              return fd < 0 ? 1 : E(::close(fd));
+            }));
+  ASSERT_EQ(0, setxattr(m.bpath("f").c_str(), "trusted.secret", "v", 1, 0));
+  ASSERT_EQ(0, setxattr(m.bpath("f").c_str(), "user.plain", "v", 1, 0));
+  // 1: trusted.secret listed, 2: not, plus 4 when user.plain is missing; 9: error.
+  auto lists = [](const std::string& path) {
+    char buf[4096];
+    ssize_t n = listxattr(path.c_str(), buf, sizeof buf);
+    if (n < 0) return 9;
+    bool trusted = false, user = false;
+    for (ssize_t p = 0; p < n; p += static_cast<ssize_t>(strlen(buf + p)) + 1) {
+      trusted |= !strcmp(buf + p, "trusted.secret");
+      user |= !strcmp(buf + p, "user.plain");
+    }
+    return (trusted ? 1 : 2) + (user ? 0 : 4);
+  };
+  const std::string native = m.bpath("f"), through = m.path("f");
+  EXPECT_EQ(1, job_as(m, 0, 0, [&] { return lists(native); }));
+  EXPECT_EQ(1, job_as(m, 0, 0, [&] { return lists(through); }));
+  EXPECT_EQ(2, job_as(m, 0, kNobody, [&] { return lists(native); }));
+  EXPECT_EQ(2, job_as(m, 0, kNobody, [&] { return lists(through); }));
+  // Root in a user namespace of its own: every capability there, none in the initial one.
+  for (const std::string& path : {native, through})
+    EXPECT_EQ(2, job_as(m, 0, 0,
+                        [&] {
+                          if (unshare(CLONE_NEWUSER) != 0) return 10;
+                          return lists(path);
+                        }))
+        << path;
 }
