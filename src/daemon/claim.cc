@@ -162,7 +162,8 @@ int open_marker_dir(const std::string& dir, std::string* error) {
 // runs, and the next daemon would find a free owner file in a new one. Not a lock on BACKING's
 // root: anyone who may read it could hold one and keep every daemon off. Local to this host. The
 // locked descriptor, or -1 (*busy: a daemon holds it; else it could not be made, e.g. not root).
-int lock_backing_identity(const std::string& backing, bool shared, bool* busy) {
+int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
+                          std::string* name_out) {
   *busy = false;
   struct stat st {
   }, ds{};
@@ -180,7 +181,24 @@ int lock_backing_identity(const std::string& backing, bool shared, bool* busy) {
     if (l != Lock::Taken) fd = -1;
   }
   if (dfd >= 0) close(dfd);
+  if (fd >= 0) *name_out = name;
   return fd;
+}
+
+// At exit, the backing's lock file goes when no other daemon (a cluster member) holds it: the
+// upgrade to an exclusive lock proves that. Unlinked while locked: a daemon that opened it just
+// before finds, once it holds the lock, that the path names another file or none, and retries.
+void unlink_backing_identity(int fd, const std::string& name) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  if (name.empty() || fcntl(fd, F_OFD_SETLK, &fl) != 0) return;
+  int dfd = open("/run/fencefs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat a, b;
+  if (dfd >= 0 && fstat(fd, &a) == 0 && fstatat(dfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+      a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+    unlinkat(dfd, name.c_str(), 0);
+  if (dfd >= 0) close(dfd);
 }
 
 std::string who(int fd) {
@@ -348,8 +366,9 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
       c->created_owner_ = created && !shared;  // other members may hold it already
       if (shared) c->created_marker_dir_ = false;
   }
-  if (bool busy;
-      (c->root_lock_fd_ = lock_backing_identity(req.backing, shared, &busy)) < 0 && busy) {
+  if (bool busy; (c->root_lock_fd_ =
+                      lock_backing_identity(req.backing, shared, &busy, &c->root_lock_name_)) < 0 &&
+                 busy) {
     *error = fmt::format(
         "backing {} is locked by another fencefs daemon{}, though its owner file is free: "
         "BACKING/.fencefs was renamed or replaced while that daemon ran; unmount it first",
@@ -441,7 +460,10 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 }
 
 Claim::~Claim() {
-  if (root_lock_fd_ >= 0) close(root_lock_fd_);
+  if (root_lock_fd_ >= 0) {
+    unlink_backing_identity(root_lock_fd_, root_lock_name_);
+    close(root_lock_fd_);
+  }
   if (state_dir_fd_ >= 0) close(state_dir_fd_);
   if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
@@ -486,6 +508,7 @@ void Claim::abandon() {
       slurp_fd(shared_owner_fd_) == written_text_)
     write_all(shared_owner_fd_, previous_text_);
   created_owner_ = created_state_lock_ = created_marker_dir_ = false;
+  if (root_lock_fd_ >= 0) unlink_backing_identity(root_lock_fd_, root_lock_name_);
   for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_, &state_dir_fd_,
                   &root_lock_fd_}) {
     if (*fd >= 0) close(*fd);

@@ -73,9 +73,10 @@ class Claim {
   int state_dir_fd_ = -1;
   int state_fd_ = -1;  // the state lock
   int owner_fd_ = -1;
-  int shared_owner_fd_ = -1;  // cluster mode: a read lock on the backing's owner file
-  int marker_dir_fd_ = -1;    // BACKING/.fencefs, opened without following a link
-  int root_lock_fd_ = -1;     // /run/fencefs/backing-DEV-INO.lock (-1 where it cannot be made)
+  int shared_owner_fd_ = -1;    // cluster mode: a read lock on the backing's owner file
+  int marker_dir_fd_ = -1;      // BACKING/.fencefs, opened without following a link
+  int root_lock_fd_ = -1;       // /run/fencefs/backing-DEV-INO.lock (-1 where it cannot be made)
+  std::string root_lock_name_;  // its name in /run/fencefs
   bool created_state_lock_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;

@@ -324,6 +324,19 @@ TEST(OneDaemon, ASecondDaemonIsRefusedAfterTheMarkerDirectoryWasRenamedAway) {
   EXPECT_EQ(after.status, kMounted) << after.out;
 }
 
+// The backing's lock file in /run/fencefs is held while the daemon serves, and goes with it.
+TEST(OneDaemon, TheBackingsLockFileGoesAtUnmount) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  struct stat st {};
+  ASSERT_EQ(::stat(m.backing().c_str(), &st), 0);
+  std::string lock = "/run/fencefs/backing-" + std::to_string(st.st_dev) + "-" +
+                     std::to_string(st.st_ino) + ".lock";
+  EXPECT_EQ(::access(lock.c_str(), F_OK), 0) << lock;
+  ASSERT_EQ(m.unmount(), 0);
+  EXPECT_NE(::access(lock.c_str(), F_OK), 0) << lock << " is still there";
+}
+
 // Anyone who may read BACKING's root can flock it: that must not keep a daemon off the backing.
 TEST(OneDaemon, ALockOnBackingsRootDirectoryDoesNotKeepTheDaemonOff) {
   TempDir t;
