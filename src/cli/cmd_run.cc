@@ -247,6 +247,13 @@ bool wait_exit(int pidfd, pid_t pid, int ms, int* st) {
 // long: the child, the keepalive callback and the signal loop share the lease's lost state.
 int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g, const User& user,
                     const Args& args, size_t cmd) {
+  // Blocked before the keepalive thread starts, which inherits the mask: a thread of ours with
+  // them unblocked would take one, and its default action would end us with CMD left running
+  // unsupervised and the lease held until it expires.
+  sigset_t sigs, old;
+  sigemptyset(&sigs);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, s);
+  sigprocmask(SIG_BLOCK, &sigs, &old);
   int lost_fd = eventfd(0, EFD_CLOEXEC);
   std::string lost_why;
   std::mutex lost_mu;
@@ -258,10 +265,6 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
     uint64_t one = 1;
     (void)!write(lost_fd, &one, sizeof one);
   });
-  sigset_t sigs, old;
-  sigemptyset(&sigs);
-  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&sigs, s);
-  sigprocmask(SIG_BLOCK, &sigs, &old);
   int sfd = signalfd(-1, &sigs, SFD_CLOEXEC);
   int errpipe[2];
   if (pipe2(errpipe, O_CLOEXEC) != 0) return ec::kFailed;

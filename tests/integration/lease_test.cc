@@ -326,6 +326,27 @@ TEST(EtcdRun, SigkilledRunnerLeaseExpiresNextAcquires) {
   kill(-job, SIGKILL);  // the orphaned job (its token is stale now)
 }
 
+// A signal to the runner goes to the job, whichever of the runner's threads the kernel picks;
+// the runner then releases the lease at once (--ttl 60 would otherwise hold the lock a minute).
+TEST(EtcdRun, TermOrHupToTheRunnerStopsTheJobAndReleasesTheLock) {
+  Mount m;
+  Etcd e;
+  Scratch s;
+  for (int sig : {SIGTERM, SIGHUP}) {
+    std::string pidfile = s.p("pid" + std::to_string(sig));
+    pid_t a = spawn("exec " + run_etcd(m, e, "sig", "--ttl 60") + "sh -c 'echo $$ > " + pidfile +
+                    "; exec sleep 60'");
+    ASSERT_TRUE(wait_for([&] { return exists(pidfile) && !slurp(pidfile).empty(); }));
+    pid_t job = std::stoi(slurp(pidfile));
+    ASSERT_EQ(0, kill(a, sig));
+    EXPECT_EQ(128 + sig, wait_status(a)) << "the runner reports the job's end by the signal";
+    EXPECT_TRUE(wait_for([&] { return kill(job, 0) != 0; }, 5000)) << "the job outlived its runner";
+    kill(-job, SIGKILL);
+    EXPECT_EQ(0, sh(run_etcd(m, e, "sig", "--ttl 5 --wait 10") + "true"))
+        << "the lock was still held";
+  }
+}
+
 TEST(EtcdRun, RestoredIssuerIsCaughtAndResyncRecovers) {
   Mount m;
   Etcd e;
