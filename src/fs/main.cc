@@ -184,10 +184,24 @@ void restore_bindings(daemon::BindingStore& binding_store, fence::Bindings& bind
   };
 }
 
-// Before serving: a rollback the stamps show, the floor applied, the mount itself, audited.
-void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floor,
+// Before serving: a rollback the stamps show, the floor applied, the mount itself, audited. A
+// state made anew (--init) starts at the stamps' highest epoch: its floor comes first, or the
+// stamps it was made from would be reported as a rollback.
+void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floor, bool init,
                   const daemon::Settings& o) {
   const std::string &backing = o.backing, &mnt = o.mnt, &state = o.state;
+  auto apply_floor = [&] {
+    if (floor == 0) return;
+    std::string why;
+    if (fence.apply_floor(floor, &why) != 0) die(why);
+    audit::Event e;
+    e.op = "floor";
+    e.decision = "info";
+    e.epoch_after = floor;
+    e.message = why;
+    fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
+  };
+  if (init) apply_floor();
   for (const std::string& msg : fence.check_rollback()) {
     log::error("{}", msg);
     audit::Event e;
@@ -197,16 +211,7 @@ void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floo
     e.message = msg;
     fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
   }
-  if (floor > 0) {
-    std::string why;
-    if (fence.apply_floor(floor, &why) != 0) die(why);
-    audit::Event e;
-    e.op = "floor";
-    e.decision = "info";
-    e.epoch_after = floor;
-    e.message = why;
-    fence.audit(e, fence::Caller{getpid(), getuid(), getgid()});
-  }
+  if (!init) apply_floor();
   {
     audit::Event e;
     e.op = "mount";
@@ -391,7 +396,7 @@ int main(int argc, char* argv[]) {
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
-  record_start(fence, *store, std::max(o.floor_opt, init_floor), o);
+  record_start(fence, *store, std::max(o.floor_opt, init_floor), init_floor > 0, o);
   log::info("mounted {} at {} (state {})", backing, mnt, state);
   daemon::startup_done();
 

@@ -234,6 +234,11 @@ TEST(Durability, LostStateOverStampedTreeNeedsInit) {
   ASSERT_EQ(-1000, m.try_mount({"--init"})) << m.daemon_log();
   EXPECT_EQ(6u, epoch_of(m.mnt()));
   EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 5"); }));
+  // The state was made from the stamps, at their epoch: they are no rollback.
+  EXPECT_EQ(std::string::npos, m.daemon_log().find("rollback detected")) << m.daemon_log();
+  EXPECT_EQ(std::string::npos, sh_out("'" + std::string(FENCECTL_BIN) + "' audit --mount '" +
+                                      m.mnt() + "' --decision detected")
+                                   .find("rollback"));
 }
 
 // Daemonised (no -f), as fstab and systemd run it: the epochs kept beside the data are written
