@@ -357,12 +357,13 @@ int main(int argc, char* argv[]) {
   // Lost state over stamped files would silently reopen old epochs: refuse unless told.
   journal::FileLayer& files = journal::posix_file_layer();
   bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
-  uint64_t init_floor = maybe_fresh ? floor_for_new_state(o, a.init != 0) : 0;
 
   add_mount_options(&args, backing);
 
   // From here on, everything created is undone if the mount fails.
   auto claim = claim_state(o, a.takeover != 0);
+  // After the claim: a backing another daemon serves is refused as such, not as a lost state.
+  uint64_t init_floor = maybe_fresh ? floor_for_new_state(o, a.init != 0) : 0;
 
   // The lock makes the state ours: only now is "no state yet" settled.
   bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");

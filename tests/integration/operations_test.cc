@@ -146,6 +146,8 @@ struct TempDir {
 
 TEST(OneDaemon, SecondDaemonOnTheSameBackingWithAnotherStateRefuses) {
   Mount m;
+  // Stamped files, and no state in state2: still refused as served, not as a lost state.
+  ASSERT_EQ(write_as(m, 1, "g", "zero"), 0);
   std::string mnt2 = make_dir(m, "mnt2");
   std::string state2 = m.root() + "/state2";
   Daemon r = run_fencefs({"-o", "state=" + state2, m.backing(), mnt2}, mnt2, m.root() + "/2.log");
