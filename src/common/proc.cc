@@ -77,6 +77,7 @@ std::optional<Stat> read_stat(pid_t pid) {
     size_t end = rest.find(' ', pos);
     if (end == std::string_view::npos) end = rest.size();
     std::string_view tok = rest.substr(pos, end - pos);
+    if (field == 3 && !tok.empty()) st.state = tok.front();
     if (field == 4 && !parse_num(tok, &st.ppid)) return std::nullopt;
     if (field == 22 && !parse_num(tok, &st.start_time)) return std::nullopt;
     ++field;

@@ -15,6 +15,7 @@ struct Stat {
   pid_t ppid = 0;
   uint64_t start_time = 0;  // clock ticks since boot (10 ms): not an identity, see ProcessInfo
   std::string comm;
+  char state = 0;  // R, S, D, T, Z (exited, not yet reaped), ...
 };
 
 // Thread group and command of a thread, from one read of /proc/TID/status.

@@ -439,7 +439,9 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
                                              prev->machine_id == me.machine_id);
   if (same_host && prev->boot_id == me.boot_id) {
     auto st = proc::read_stat(prev->pid);
-    if (st && st->start_time == prev->start_time && prev->pid != me.pid) {
+    // A zombie has exited: its locks and its mount are gone, only its parent has not reaped it.
+    if (st && st->start_time == prev->start_time && prev->pid != me.pid && st->state != 'Z' &&
+        st->state != 'X') {
       *error = fmt::format(
           "backing {} is already served by a fencefs daemon ({}), which is still running; a "
           "backing is served by one daemon: unmount that mount first",

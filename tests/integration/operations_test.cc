@@ -403,6 +403,28 @@ TEST(OneDaemon, AfterKill9ANewDaemonMountsAndSaysSo) {
       << r.out;
 }
 
+// Killed and not yet reaped by its parent, a daemon is a zombie: its pid and start time still
+// match the marker, but it serves nothing and holds no lock.
+TEST(OneDaemon, AZombieOfTheLastDaemonDoesNotKeepTheBackingBusy) {
+  Mount m;
+  pid_t old = m.daemon_pid();
+  ASSERT_EQ(kill(old, SIGKILL), 0);
+  std::string stat = "/proc/" + std::to_string(old) + "/stat";
+  bool zombie = false;
+  for (int t = 0; t < 500 && !zombie; t++) {
+    std::string text = slurp(stat);
+    size_t close = text.rfind(')');
+    zombie = close != std::string::npos && text.compare(close, 3, ") Z") == 0;
+    if (!zombie) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(zombie) << slurp(stat);
+  std::string mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({m.backing(), mnt2}, mnt2, m.root() + "/2.log");
+  EXPECT_EQ(r.status, kMounted) << r.out;
+  m.kill9();  // reaps the zombie, detaches the dead mount
+  if (r.status == kMounted) sh("fusermount3 -u '" + mnt2 + "'");
+}
+
 TEST(OneDaemon, MarkerOfAnotherHostRefusesUnlessTakeover) {
   Mount m;
   ASSERT_EQ(m.unmount(), 0);
