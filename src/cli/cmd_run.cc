@@ -198,12 +198,17 @@ int etcd_acquire(const Opts& o, etcd::LockService& svc, const DomainHandle* dh, 
   if (err == ESTALE) {
     uint64_t epoch = got;
     dh->epoch(&epoch);
-    fail(fmt::format(
-        "issuer behind the resource: lock {} issued token {}, but domain {} is already at epoch "
-        "{} (was etcd restored from an older backup?). Nothing ran. Recover with --resync, which "
-        "moves the counter above the domain's epoch (audited)",
-        o.lock, g->token, o.domain, epoch));
-    if (!o.resync) return give_up(ec::kIssuerBehind);
+    // Either cause looks the same from here; only the operator knows which it is.
+    if (!o.resync) {
+      fail(fmt::format(
+          "issuer behind the resource: lock {} issued token {}, but domain {} is already at "
+          "epoch {}. Nothing ran. Either the lock name is new to this domain (its counter starts "
+          "at 1, and the epoch came from another lock or issuer), or etcd was restored from an "
+          "older backup. Once you know which, --resync moves the counter above the domain's "
+          "epoch (audited)",
+          o.lock, g->token, o.domain, epoch));
+      return give_up(ec::kIssuerBehind);
+    }
     uint64_t drawn = g->token;
     if (!(s = svc.resync(o.lock, epoch + 1, g)).ok()) {
       fail(fmt::format("resync of lock {}'s counter failed: {}", o.lock, s.message));
@@ -211,8 +216,9 @@ int etcd_acquire(const Opts& o, etcd::LockService& svc, const DomainHandle* dh, 
     }
     err = dh->acquire(g->token, bind, true, &got);
     if (!err)
-      std::cerr << fmt::format("fencectl: resync: counter of lock {} moved from {} to {}\n", o.lock,
-                               drawn, g->token);
+      std::cerr << fmt::format(
+          "fencectl: resync: counter of lock {} moved from {} to {}, above domain {}'s epoch {}\n",
+          o.lock, drawn, g->token, o.domain, epoch);
   }
   if (err) {
     fail(fmt::format("acquire of domain {} at token {} refused: {}", o.domain, g->token,

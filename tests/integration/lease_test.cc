@@ -372,6 +372,15 @@ TEST(EtcdRun, RestoredIssuerIsCaughtAndResyncRecovers) {
   EXPECT_EQ("4\n", e.etcdctl("get --print-value-only fencefs/token/r"));
   ASSERT_EQ(0, sh(ok));  // and the sequence goes on from there
   EXPECT_EQ("5", xattr(m.mnt(), "user.fencefs.epoch"));
+  // A lock name new to the domain looks the same, and the message says it may be that.
+  out = sh_out(run_etcd(m, e, "fresh", "--ttl 5") + "true 2>&1", &st);
+  EXPECT_EQ(kIssuerBehind, st);
+  EXPECT_NE(std::string::npos, out.find("the lock name is new to this domain")) << out;
+  out = sh_out(run_etcd(m, e, "fresh", "--ttl 5 --resync") + "true 2>&1", &st);
+  EXPECT_EQ(0, st) << out;
+  EXPECT_EQ(std::string::npos, out.find("issuer behind")) << "--resync was asked for: " << out;
+  EXPECT_NE(std::string::npos, out.find("resync: counter of lock fresh moved")) << out;
+  EXPECT_EQ("6", xattr(m.mnt(), "user.fencefs.epoch"));
   std::string audit = sh_out(kCtl + " audit --mount '" + m.mnt() + "' --json");
   EXPECT_NE(std::string::npos, audit.find("\"op\":\"acquire\",\"decision\":\"refused\"")) << audit;
   EXPECT_NE(std::string::npos, audit.find("\"op\":\"resync\",\"decision\":\"advanced\"")) << audit;
