@@ -209,6 +209,26 @@ std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t
   return out;
 }
 
+// Domains that BACKING's high-water copy names and the recovered state lacks: declared in the
+// discarded part of the journal. Their trees now belong to the enclosing domain.
+void lost_domains(const std::string& backing, const std::vector<journal::DomainRecord>& after,
+                  uint64_t floor, std::vector<std::string>* warnings) {
+  char buf[65536];
+  ssize_t n = getxattr(backing.c_str(), fence::HighWater::kXattr, buf, sizeof buf);
+  if (n <= 0) return;
+  std::set<std::string> kept;
+  for (auto& d : after) kept.insert(d.path);
+  for (auto& [path, epoch] : fence::HighWater::decode(std::string_view(buf, n))) {
+    if (kept.count(path)) continue;
+    warnings->push_back(fmt::format(
+        "domain {} (epoch {} in BACKING's high-water copy) is not in the recovered state: it was "
+        "declared in the part of the journal that was discarded, and its tree now belongs to "
+        "the enclosing domain. Declared again, it would start at epoch 0: mount, declare it "
+        "(fencectl domain add) and advance it to {} before any job uses it",
+        path, epoch, std::max<uint64_t>(epoch + 1, floor)));
+  }
+}
+
 }  // namespace
 
 int cmd_recover(const Args& args) {
@@ -260,6 +280,7 @@ int cmd_recover(const Args& args) {
     backing = dir.substr(0, dir.size() - 9);
   uint64_t highest = 0;
   if (rc == 0 && !backing.empty() && has_cap_sys_admin()) {
+    lost_domains(backing, after, floor, &warnings);
     raise_fd_limit();
     highest = fence::scan_stamps(backing).highest;
     uint64_t lowest = UINT64_MAX;

@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "common/proc.h"
+#include "daemon/lock_file.h"
 #include "journal/state_files.h"
 
 namespace fencefs::daemon {
@@ -73,61 +74,6 @@ std::string unescape(std::string_view v) {
   return out;
 }
 
-enum class Lock { Taken, Busy, Error };
-
-// Opens NAME in directory DIRFD (creating it when missing) and takes an exclusive OFD lock on it
-// without waiting. Retries when the file was replaced between open and lock, so the lock is on
-// the file the name names. PATH names it in messages.
-Lock lock_file(int dirfd, const std::string& name, const std::string& path, int* fd_out,
-               bool* created, std::string* error, short type = F_WRLCK) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    *created = false;
-    int fd = openat(dirfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd >= 0) {
-      *created = true;
-    } else if (errno == EEXIST) {
-      fd = openat(dirfd, name.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0 && errno == ENOENT) continue;
-    }
-    if (fd < 0) {
-      *error = fmt::format("{}: {}", path, common::errstr(errno));
-      return Lock::Error;
-    }
-    // Root writes the marker into it: were it a hard link (BACKING/.fencefs may be a directory
-    // someone else made), root would overwrite, and at unmount empty, the file linked to.
-    if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
-      close(fd);
-      *error = fmt::format(
-          "{} is not a regular file with a single name (a hard link?); fencefs writes its marker "
-          "there as root: remove it",
-          path);
-      return Lock::Error;
-    }
-    struct flock fl {};
-    fl.l_type = type;
-    fl.l_whence = SEEK_SET;
-    if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
-      int err = errno;
-      if (err == EAGAIN || err == EACCES) {
-        *fd_out = fd;  // kept open so the caller can read who holds it
-        return Lock::Busy;
-      }
-      close(fd);
-      *error = fmt::format("cannot lock {}: {}", path, common::errstr(err));
-      return Lock::Error;
-    }
-    struct stat a, b;
-    if (fstat(fd, &a) == 0 && fstatat(dirfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-        a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
-      *fd_out = fd;
-      return Lock::Taken;
-    }
-    close(fd);  // replaced or removed meanwhile: lock the file the path names now
-  }
-  *error = fmt::format("cannot lock {}: it keeps being replaced", path);
-  return Lock::Error;
-}
-
 // Overwrites, then cuts: a daemon starting meanwhile never reads an empty marker (a free
 // backing) while one is being rewritten.
 bool write_all(int fd, const std::string& text) {
@@ -155,50 +101,6 @@ int open_marker_dir(const std::string& dir, std::string* error) {
     *error = errno == ELOOP || errno == ENOTDIR ? not_a_directory(dir)
                                                 : fmt::format("{}: {}", dir, common::errstr(errno));
   return fd;
-}
-
-// BACKING itself is locked too, through a file of root's named after its root directory's
-// identity: whoever may write BACKING's root can rename BACKING/.fencefs away while a daemon
-// runs, and the next daemon would find a free owner file in a new one. Not a lock on BACKING's
-// root: anyone who may read it could hold one and keep every daemon off. Local to this host. The
-// locked descriptor, or -1 (*busy: a daemon holds it; else it could not be made, e.g. not root).
-int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
-                          std::string* name_out) {
-  *busy = false;
-  struct stat st {
-  }, ds{};
-  const char* dir = "/run/fencefs";
-  if (stat(backing.c_str(), &st) != 0 || (mkdir(dir, 0700) != 0 && errno != EEXIST)) return -1;
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), fd = -1;
-  std::string name = fmt::format("backing-{}-{}.lock", st.st_dev, st.st_ino), error;
-  bool created = false;
-  if (dfd >= 0 && fstat(dfd, &ds) == 0 && ds.st_uid == geteuid() &&
-      !(ds.st_mode & (S_IWGRP | S_IWOTH))) {
-    Lock l = lock_file(dfd, name, fmt::format("{}/{}", dir, name), &fd, &created, &error,
-                       shared ? F_RDLCK : F_WRLCK);
-    *busy = l == Lock::Busy;
-    if (l == Lock::Busy) close(fd);
-    if (l != Lock::Taken) fd = -1;
-  }
-  if (dfd >= 0) close(dfd);
-  if (fd >= 0) *name_out = name;
-  return fd;
-}
-
-// At exit, the backing's lock file goes when no other daemon (a cluster member) holds it: the
-// upgrade to an exclusive lock proves that. Unlinked while locked: a daemon that opened it just
-// before finds, once it holds the lock, that the path names another file or none, and retries.
-void unlink_backing_identity(int fd, const std::string& name) {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  if (name.empty() || fcntl(fd, F_OFD_SETLK, &fl) != 0) return;
-  int dfd = open("/run/fencefs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  struct stat a, b;
-  if (dfd >= 0 && fstat(fd, &a) == 0 && fstatat(dfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-      a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-    unlinkat(dfd, name.c_str(), 0);
-  if (dfd >= 0) close(dfd);
 }
 
 std::string who(int fd) {

@@ -1278,6 +1278,29 @@ TEST(FencectlRecover, RefusesWhileMountedThenRaisesEveryDomain) {
   EXPECT_EQ(200, st);  // usage error
 }
 
+// A domain declared only in the part of the journal that recovery discards is gone from the
+// state; BACKING's high-water copy still names it, and recover says so instead of dropping it
+// silently.
+TEST(FencectlRecover, NamesDomainsTheDiscardedJournalDeclared) {
+  Mount m;
+  ASSERT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  ASSERT_EQ(0, sh(ctl_cmd("domain add '" + m.path("d") + "' >/dev/null")));
+  ASSERT_EQ(0, sh(ctl_cmd("advance --mount '" + m.mnt() + "' /d 4 >/dev/null")));
+  ASSERT_EQ(0, m.unmount());
+  // The first record after the 40-byte header: the declaration of /d and everything after it.
+  std::string j = state_dir(m) + "/journal";
+  ASSERT_EQ(0, sh("printf '\\377' | dd of='" + j + "' bs=1 seek=44 conv=notrunc 2>/dev/null"));
+  int st;
+  auto v = ctl_json("recover --state '" + state_dir(m) + "' --floor 9 --json", &st);
+  EXPECT_EQ(0, st);
+  ASSERT_TRUE(v);
+  ASSERT_TRUE(v->get("warnings"));
+  std::string all;
+  for (auto& w : v->get("warnings")->arr) all += w.as_string() + "\n";
+  EXPECT_NE(std::string::npos, all.find("domain /d ")) << all;
+  EXPECT_NE(std::string::npos, all.find("domain add")) << all;
+}
+
 // recover writes the state's files as root, by name: a state directory that group or others may
 // write is refused, as the daemon refuses it, and nothing in it changes.
 TEST(FencectlRecover, RefusesAStateDirectoryOthersMayWrite) {
