@@ -78,9 +78,12 @@ std::string to_json(const Event& e, int64_t unix_ns) {
       .member("path", e.path);
   if (!e.path2.empty()) w.member("path2", e.path2);
   const char* ename = e.err ? strerrorname_np(e.err) : nullptr;
+  // 64-bit values also as strings: jq reads numbers as doubles (docs/status-json.md).
   w.member("token", e.token)
       .member("epoch_before", e.epoch_before)
+      .member("epoch_before_str", std::to_string(e.epoch_before))
       .member("epoch_after", e.epoch_after)
+      .member("epoch_after_str", std::to_string(e.epoch_after))
       .member("errno", e.err)
       .member("error", ename ? ename : "")
       .member("pid", e.pid);

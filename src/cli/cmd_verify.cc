@@ -380,7 +380,10 @@ void Verify::print_json() const {
             [](const DomainEpoch& a, const DomainEpoch& b) { return a.path < b.path; });
   w.key("domains").begin_array();
   for (const auto& d : by_path) {
-    w.begin_object().member("path", d.path).member("epoch", d.epoch);
+    w.begin_object()
+        .member("path", d.path)
+        .member("epoch", d.epoch)
+        .member("epoch_str", std::to_string(d.epoch));
     w.member("stamped_files", d.files).end_object();
   }
   w.end_array();

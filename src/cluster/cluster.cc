@@ -462,7 +462,11 @@ std::string Cluster::status_json() {
       } else if (k.rfind("epoch/", 0) == 0) {
         Value v;
         if (!decode(kv.value, &v)) continue;
-        domains.push_back({{"path", k.substr(5)}, {"epoch", v.epoch}, {"pending", v.pending}});
+        domains.push_back({{"path", k.substr(5)},
+                           {"epoch", v.epoch},
+                           {"epoch_str", std::to_string(v.epoch)},
+                           {"pending", v.pending},
+                           {"pending_str", std::to_string(v.pending)}});
       }
     }
     for (auto& [id, m] : by_id) {

@@ -489,7 +489,8 @@ TEST(AuditFormat, ExactBytesOfAFullRecord) {
   e.message = "m";
   EXPECT_EQ(R"({"time":"2026-12-02T10:00:00.123456Z","op":"rename","decision":"refused",)"
             R"("reason":"stale","domain":"/d","path":"/a\udcff","path2":"/b\"c","token":"3",)"
-            R"("epoch_before":18446744073709551615,"epoch_after":7,"errno":116,"error":"ESTALE",)"
+            R"("epoch_before":18446744073709551615,"epoch_before_str":"18446744073709551615",)"
+            R"("epoch_after":7,"epoch_after_str":"7","errno":116,"error":"ESTALE",)"
             R"("pid":10,"tid":11,"uid":4294967294,"gid":5,"comm":"sh","message":"m"})"
             "\n",
             fencefs::audit::to_json(e, 1796205600123456789));
@@ -1058,6 +1059,9 @@ TEST(FencectlVerify, CleanTreeIsClean) {
   EXPECT_EQ(3u, N(*v->get("files"), "regular"));
   EXPECT_EQ(2u, N(*v->get("files"), "stamped"));
   EXPECT_EQ(1u, N(*v->get("files"), "unstamped"));
+  ASSERT_TRUE(v->get("domains") && !v->get("domains")->arr.empty());
+  const Value& d0 = v->get("domains")->arr[0];
+  EXPECT_EQ(std::to_string(N(d0, "epoch")), S(d0, "epoch_str"));
   // Not mounted; not a terminal, so nothing on stderr.
   ASSERT_EQ(0, m.unmount());
   std::string errfile = m.root() + "/verify.err";
