@@ -41,7 +41,8 @@ int cmd_advance(const Args& args) {
   std::vector<std::string> pos = p.positional;
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
   std::string root = need_mount(mount);
-  if (!fence::parse_token_text(pos[1])) {
+  auto token = fence::parse_token_text(pos[1]);
+  if (!token) {
     fail("advance: malformed token '" + pos[1] + "'");
     return exit_code::kMalformed;
   }
@@ -58,8 +59,14 @@ int cmd_advance(const Args& args) {
       fail("advance: " + reply);
       return code;
     }
+    // The ioctl's reply cannot tell "already there" from "advanced": the epoch read before can.
+    uint64_t before = 0;
+    bool known = dh.epoch(&before);
     err = dh.advance(pos[1]);
-    if (!err) reply = fmt::format("domain {} advanced to epoch {}", pos[0], pos[1]);
+    if (!err)
+      reply =
+          fmt::format("domain {} {} epoch {}", pos[0],
+                      known && before == token->epoch ? "already at" : "advanced to", token->epoch);
   }
   if (err) {
     fail(fmt::format("advance {} {} refused: {}{}", pos[0], pos[1], explain_errno(err),

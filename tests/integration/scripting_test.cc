@@ -355,3 +355,16 @@ TEST(Metrics, LastAdvanceTimesSurviveARestart) {
   EXPECT_NEAR(std::stod(before), std::stod(after), 0.002) << before << " vs " << after;
   EXPECT_EQ("", sample(page, series + "\"/b\"}")) << "a domain never advanced has no time";
 }
+
+// ---------------------------------------------------------------------------------------------
+// fencectl's messages and exit statuses, as a script sees them.
+
+TEST(FencectlMessages, AdvanceToTheCurrentEpochSaysAlready) {
+  Mount m;
+  int st = -1;
+  std::string out = script(m, "$CTL advance -m $M / 6 && $CTL advance -m $M / 6", &st);
+  EXPECT_EQ(0, st);
+  EXPECT_EQ("domain / advanced to epoch 6\ndomain / already at epoch 6\n", out);
+  // As --force (the control file) says it.
+  EXPECT_EQ("domain / already at epoch 6\n", script(m, "$CTL advance -m $M / 6 --force"));
+}
