@@ -104,8 +104,9 @@ int cmd_domain(const Args& args) {
   char real[PATH_MAX];
   if (!realpath(path.c_str(), real)) {
     if (errno == ENOTCONN) mount_or_exit(path, "domain add");
-    fail("domain add: " + path + ": " + common::errstr(errno));
-    return exit_code::kFailed;
+    int err = errno;
+    fail("domain add: " + path + ": " + common::errstr(err));
+    return err == ENOENT || err == ENOTDIR ? exit_code::kUsage : exit_code::kFailed;
   }
   std::string root = mount_or_exit(mount.empty() ? std::string(real) : mount, "domain add");
   std::string rel = std::string(real).substr(root == "/" ? 0 : root.size());

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "cli/exit_codes.h"
+#include "common/error.h"
 
 namespace fencefs::cli {
 
@@ -40,12 +41,17 @@ std::string mount_or_exit(const std::string& path, const std::string& what) {
   std::string root = find_mount(path, &err);
   if (!root.empty()) return root;
   std::string prefix = what.empty() ? "" : what + ": ";
-  if (err == ENOTCONN)
+  if (err == ENOTCONN) {
     std::cerr << "fencectl: " << prefix << path
               << ": daemon gone (ENOTCONN: the fencefs daemon of this mount died); umount it "
                  "(fusermount3 -u MOUNTPOINT) and mount again\n";
-  else
+  } else if (err) {
+    // The path itself is wrong (a typo, most often): say so, not "not a fencefs mount".
+    std::cerr << "fencectl: " << prefix << path << ": " << common::errstr(err) << "\n";
+    exit(err == ENOENT || err == ENOTDIR ? exit_code::kUsage : exit_code::kFailed);
+  } else {
     std::cerr << "fencectl: " << prefix << path << " is not a fencefs mount (no .fencefs/ctl)\n";
+  }
   exit(exit_code::kUnreachable);
 }
 

@@ -368,3 +368,16 @@ TEST(FencectlMessages, AdvanceToTheCurrentEpochSaysAlready) {
   // As --force (the control file) says it.
   EXPECT_EQ("domain / already at epoch 6\n", script(m, "$CTL advance -m $M / 6 --force"));
 }
+
+TEST(FencectlMessages, APathThatDoesNotExistIsAUsageErrorNamingTheErrno) {
+  Mount m;
+  int st = -1;
+  for (std::string cmd : {"whoami $M/nonexist", "advance --mount /nonexistent / 9",
+                          "status --mount $M/nonexist", "domain add $M/nonexist"}) {
+    std::string out = script(m, "$CTL " + cmd + " 2>&1", &st);
+    EXPECT_EQ(200, st) << cmd << ": " << out;
+    EXPECT_NE(std::string::npos, out.find("nonexist"));
+    EXPECT_NE(std::string::npos, out.find(": No such file or directory\n")) << cmd << ": " << out;
+    EXPECT_EQ(std::string::npos, out.find("not a fencefs mount")) << cmd << ": " << out;
+  }
+}
