@@ -118,7 +118,7 @@ struct Finding {
   std::string kind;  // "journal", "rolled back", "changed outside fencefs", "malformed stamp"
   std::string path;  // file (or domain for a rolled-back domain), "" for the journal
   std::string domain;
-  std::string message;
+  std::string message;  // printed after "KIND: ", so it does not repeat the kind
   // Members specific to the kind, written after the common ones.
   std::function<void(common::JsonWriter&)> extra;
 };
@@ -244,7 +244,7 @@ void Verify::scan() {
         auto s = fence::decode_stamp(v);
         if (!s) {
           findings.push_back(
-              {"malformed stamp", e.rel, "", fmt::format("{}: malformed stamp '{}'", e.rel, v),
+              {"malformed stamp", e.rel, "", fmt::format("{}: '{}'", e.rel, v),
                [v = std::string(v)](common::JsonWriter& w) { w.member("stamp", v); }});
           return;
         }
@@ -351,7 +351,7 @@ void Verify::judge(const StampedFile& f) {
                         mtime_str(f.s.mtime_sec, f.s.mtime_nsec));
   findings.push_back(
       {"changed outside fencefs", f.path, d->path,
-       fmt::format("{}: changed outside fencefs: {}{}", f.path, what,
+       fmt::format("{}: {}{}", f.path, what,
                    live ? " (or still open for writing through the mount)" : ""),
        [size = static_cast<int64_t>(f.st.st_size), stamp_size = f.s.size,
         mtime = mtime_str(f.st.st_mtim.tv_sec, f.st.st_mtim.tv_nsec),

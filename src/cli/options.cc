@@ -118,7 +118,7 @@ const std::vector<CommandSpec>& commands() {
        "its\nsize and mtime (a write that bypassed fencefs). Works mounted or not.",
        {{"state", 's', "DIR", "the state directory (default BACKING/.fencefs)"},
         {"json", 0, nullptr, "print the findings as JSON"},
-        {"quiet", 'q', nullptr, "print nothing; the exit status says it"}},
+        {"quiet", 'q', nullptr, "only the findings, one per line: no summary, warnings or bar"}},
        "Exit status: 0 clean, 1 findings, 2 could not check.\n"},
       {"recover",
        "--state DIR --floor N [--backing B] [--json]",

@@ -1178,7 +1178,13 @@ TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   EXPECT_EQ(std::vector<std::string>{"changed outside fencefs /f"}, finding_kinds(*v));
   std::string text = sh_out(ctl_cmd("verify " + b), &st);
   EXPECT_EQ(1, st);
-  EXPECT_NE(std::string::npos, text.find("changed outside fencefs: /f")) << text;
+  EXPECT_NE(std::string::npos, text.find("changed outside fencefs: /f: size 19 (stamp 6)")) << text;
+  // --quiet (docs/audit.md): the findings alone, one per line, each naming its kind once.
+  text = sh_out(ctl_cmd("verify --quiet " + b + " 2>&1"), &st);
+  EXPECT_EQ(1, st);
+  EXPECT_EQ(0u, text.rfind("changed outside fencefs: /f: size 19 (stamp 6), mtime ", 0)) << text;
+  EXPECT_EQ(1, std::count(text.begin(), text.end(), '\n')) << text;
+  EXPECT_EQ(std::string::npos, text.find("outside fencefs", 30)) << text;
   // Same size, only the mtime changed (touch): still found.
   ASSERT_EQ(0, sh("touch -d '2001-01-01' '" + m.bpath("g") + "'"));
   v = ctl_json("verify " + b + " --json", &st);
