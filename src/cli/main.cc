@@ -72,10 +72,13 @@ void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
 
 int main(int argc, char* argv[]) {
   using namespace fencefs::cli;
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
-      !strcmp(argv[1], "help")) {
+  if (argc < 2) {  // a usage error like any other: the help on stderr, kUsage
+    std::cerr << kUsage;
+    return exit_code::kUsage;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
     std::cout << kUsage;
-    return argc < 2 ? 2 : 0;
+    return 0;
   }
   if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V")) {
     std::cout << "fencectl " << kVersion << "\n";
@@ -83,14 +86,13 @@ int main(int argc, char* argv[]) {
   }
   std::string cmd = argv[1];
   Args args(argv + 2, argv + argc);
+  const CommandSpec* spec = find_command(cmd);
+  if (!spec) usage_error("unknown command '" + cmd + "'");  // even with --help
   // `fencectl CMD --help`: the command's own help; run's arguments after "--" are CMD's.
   if (cmd != "run" && cmd != "lease") {
     for (auto& a : args)
       if (a == "--help" || a == "-h") {
-        if (const CommandSpec* spec = find_command(cmd))
-          print_command_help(*spec, std::cout);
-        else
-          std::cout << kUsage;
+        print_command_help(*spec, std::cout);
         return 0;
       }
   }

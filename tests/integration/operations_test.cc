@@ -866,6 +866,16 @@ TEST(Fencectl, VersionAndUsageErrors) {
     EXPECT_EQ(st, 200) << bad << ": " << out;  // exit_code::kUsage
     EXPECT_NE(out.find("--help"), std::string::npos) << bad << ": " << out;
   }
+  // No command at all: the general help, on stderr, as a usage error.
+  EXPECT_EQ(sh_out(kCtl + " 2>/dev/null", &st), "");
+  EXPECT_EQ(st, 200);
+  EXPECT_NE(sh_out(kCtl + " 2>&1").find("usage: fencectl COMMAND"), std::string::npos);
+  // An unknown command is named, --help or not.
+  for (std::string bad : {"bogus --help", "bogus -h", "bogus"}) {
+    std::string out = sh_out(kCtl + " " + bad + " 2>&1", &st);
+    EXPECT_EQ(st, 200) << bad << ": " << out;
+    EXPECT_EQ(out.rfind("fencectl: unknown command 'bogus'\n", 0), 0u) << bad << ": " << out;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
