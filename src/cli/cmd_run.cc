@@ -434,6 +434,8 @@ int cmd_lease(const Args& args) {
     return args.empty() ? ec::kUsage : 0;
   }
   const std::string& verb = args[0];
+  if (verb != "acquire" && verb != "keepalive" && verb != "release")
+    bad_usage("lease: unknown verb '" + verb + "': expected acquire, keepalive or release");
   Opts o;
   Args rest = parse(Args(args.begin() + 1, args.end()), &o, "lease");
   if (!rest.empty()) bad_usage("lease: unexpected argument " + rest[0]);
@@ -465,6 +467,14 @@ int cmd_lease(const Args& args) {
     etcd::Grant g;
     g.lease = lease;
     etcd::Status s = svc.release(g);
+    if (s.code == etcd::Status::kNotFound) {
+      // Idempotent, as run's own release: the lock is free. A note, for a mistyped ID.
+      std::cerr << fmt::format(
+          "fencectl: lease release: lease {} not found (expired, already released or never "
+          "granted): nothing to release\n",
+          lease);
+      return ec::kOk;
+    }
     if (!s.ok()) fail("lease release: " + s.message);
     return lock_service_exit(s);
   }
@@ -493,7 +503,7 @@ int cmd_lease(const Args& args) {
     fail("lease keepalive: lease lost: " + why);
     return ec::kLeaseLost;
   }
-  bad_usage("lease: expected acquire, keepalive or release");
+  return ec::kFailed;  // unreachable: the verb was checked first
 }
 
 }  // namespace fencefs::cli

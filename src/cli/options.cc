@@ -41,7 +41,8 @@ const char* const kLeaseHelp = R"(usage:
   fencectl lease keepalive --etcd E --lease ID [--once]
         keep the lease alive until it is lost (exit 208), or one round trip with --once.
   fencectl lease release --etcd E --lease ID
-        release the lock (revoke the lease).
+        release the lock (revoke the lease). A lease already gone (expired, released, never
+        granted) leaves nothing to release: a note on stderr, exit 0.
 TLS: --cacert F --cert F --key F, as etcdctl.
 )";
 

@@ -84,9 +84,7 @@ Status EtcdLockService::resync(const std::string& name, uint64_t floor, Grant* g
 Status EtcdLockService::release(const Grant& g) {
   if (!g.lease) return Status::Ok();
   // Revoking the lease deletes the lock key with it.
-  Status s = client_.lease_revoke(g.lease);
-  if (s.code == Status::kNotFound) return Status::Ok();
-  return s;
+  return client_.lease_revoke(g.lease);
 }
 
 Status EtcdLockService::keepalive(int64_t lease, int64_t* ttl) {

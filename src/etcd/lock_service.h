@@ -32,7 +32,8 @@ class LockService {
   // Moves the counter to `floor` when it is below (the issuer was restored from an older copy),
   // only while the lock is held; g->token becomes the counter's value.
   virtual Status resync(const std::string& name, uint64_t floor, Grant* g) = 0;
-  // Releases the lock and revokes the lease.
+  // Releases the lock and revokes the lease; kNotFound when the lease was already gone (expired,
+  // revoked, never granted): the lock is free all the same.
   virtual Status release(const Grant& g) = 0;
   // One keepalive; *ttl is the TTL left; kNotFound when the lease is gone.
   virtual Status keepalive(int64_t lease, int64_t* ttl) = 0;

@@ -406,9 +406,23 @@ TEST(EtcdLease, ScriptCommandsAcquireKeepaliveRelease) {
   pid_t keeper = spawn("exec " + ka + " 2>/dev/null");
   std::this_thread::sleep_for(std::chrono::milliseconds(4000));
   EXPECT_EQ(0, sh(ka + " --once >/dev/null")) << "the lease expired although kept alive";
-  EXPECT_EQ(0, sh(kCtl + " lease release --etcd " + e.endpoints() + " --lease " + lease));
+  std::string release = kCtl + " lease release --etcd " + e.endpoints() + " --lease ";
+  EXPECT_EQ("", sh_out(release + lease + " 2>&1", &st));
+  EXPECT_EQ(0, st);
   EXPECT_EQ(kLeaseLost, wait_status(keeper));
   EXPECT_EQ(kLeaseLost, sh(ka + " --once 2>/dev/null"));
+  // Releasing again, or a lease never granted: idempotent (the lock is free), with a note.
+  for (std::string id : {lease, std::string("99999")}) {
+    out = sh_out(release + id + " 2>&1", &st);
+    EXPECT_EQ(0, st) << out;
+    EXPECT_EQ("fencectl: lease release: lease " + id +
+                  " not found (expired, already released or never granted): nothing to release\n",
+              out);
+  }
+  // An unknown verb is named before any option is asked for.
+  out = sh_out(kCtl + " lease bogus --etcd " + e.endpoints() + " 2>&1", &st);
+  EXPECT_EQ(kUsage, st) << out;
+  EXPECT_EQ(0u, out.rfind("fencectl: lease: unknown verb 'bogus'", 0)) << out;
   out = sh_out(base + " --wait 5", &st);
   ASSERT_EQ(0, st) << out;
   EXPECT_NE(std::string::npos, out.find("FENCEFS_TOKEN=2\n")) << out;
