@@ -3,7 +3,7 @@ _fencectl() {
   local cur prev cmd
   cur=${COMP_WORDS[COMP_CWORD]}
   prev=${COMP_WORDS[COMP_CWORD-1]}
-  local commands="run advance sign domain status whoami audit verify recover"
+  local commands="run lease advance sign domain status whoami audit verify recover"
   if [ "$COMP_CWORD" -eq 1 ]; then
     COMPREPLY=($(compgen -W "$commands --help --version" -- "$cur"))
     return
@@ -21,7 +21,7 @@ _fencectl() {
     --mount|-m|--state|-s|--backing|-b)
       COMPREPLY=($(compgen -d -- "$cur"))
       return ;;
-    --key|-k)
+    --key|-k|--cacert|--cert)
       COMPREPLY=($(compgen -f -- "$cur"))
       return ;;
     --decision)
@@ -30,7 +30,14 @@ _fencectl() {
   esac
   local opts
   case "$cmd" in
-    run) opts="--mount --domain --token --user --help" ;;
+    run) opts="--mount --domain --token --acquire --user --etcd --lock --ttl --wait --grace --resync --cacert --cert --key --help" ;;
+    lease)
+      case "${COMP_WORDS[2]}" in
+        acquire) opts="--etcd --lock --ttl --wait --mount --domain --resync --cacert --cert --key" ;;
+        keepalive) opts="--etcd --lease --once --cacert --cert --key" ;;
+        release) opts="--etcd --lease --cacert --cert --key" ;;
+        *) opts="acquire keepalive release --help" ;;
+      esac ;;
     advance) opts="--mount --force --help" ;;
     sign) opts="--key --domain --epoch --help" ;;
     domain) opts="add --mount --help" ;;
@@ -40,7 +47,7 @@ _fencectl() {
     verify) opts="--state --json --quiet --help" ;;
     recover) opts="--state --floor --backing --json --help" ;;
   esac
-  if [[ "$cur" == -* ]] || [ "$cmd" = domain ] && [ "$COMP_CWORD" -eq 2 ]; then
+  if [[ "$cur" == -* ]] || { [[ "$cmd" == domain || "$cmd" == lease ]] && [ "$COMP_CWORD" -eq 2 ]; }; then
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))
   else
     COMPREPLY=($(compgen -d -- "$cur"))

@@ -381,3 +381,28 @@ TEST(FencectlMessages, APathThatDoesNotExistIsAUsageErrorNamingTheErrno) {
     EXPECT_EQ(std::string::npos, out.find("not a fencefs mount")) << cmd << ": " << out;
   }
 }
+
+// The bash completion offers every command, every lease verb, and every long option each
+// command's --help lists (run through the completion function itself, as bash would).
+TEST(FencectlMessages, BashCompletionOffersWhatEveryHelpLists) {
+  std::string dir = temp_dir("completion");
+  ASSERT_NE("", dir);
+  std::string file = dir + "/check.sh";
+  spit(file, "CTL=" + q(kCtl) + "\nsource " + q(std::string(FENCEFS_SOURCE_DIR)) +
+                 "/packaging/fencectl.bash\n" + R"(
+offered() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _fencectl; printf '%s\n' "${COMPREPLY[@]}"; }
+cmds="run lease advance sign domain status whoami audit verify recover"
+for c in $cmds; do offered fencectl "" | grep -qx "$c" || echo "command $c"; done
+for v in acquire keepalive release; do offered fencectl lease "" | grep -qx "$v" || echo "lease $v"; done
+for c in $cmds; do
+  have=$(offered fencectl "$c" --; [ "$c" != lease ] || for v in acquire keepalive release; do offered fencectl lease "$v" --; done)
+  for o in $($CTL "$c" --help | grep -o -- '--[a-z][a-z-]*' | sort -u); do
+    grep -qx -- "$o" <<<"$have" || echo "$c $o"
+  done
+done
+)");
+  int st = -1;
+  EXPECT_EQ("", sh_out("bash " + q(file) + " 2>&1", &st)) << "missing from the completion";
+  EXPECT_EQ(0, st);
+  sh("rm -rf " + q(dir));
+}
