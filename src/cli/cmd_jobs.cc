@@ -85,6 +85,11 @@ int cmd_sign(const Args& args) {
     usage_error("sign: --key FILE --domain D --epoch N are required");
   auto e = fence::parse_token(epoch);
   if (!e) usage_error("sign: malformed epoch '" + epoch + "'");
+  // As advance and run refuse it: a token for a text no domain has could never be bound.
+  if (std::string why = domain_arg_error(domain); !why.empty()) {
+    fail("sign: " + why);
+    return exit_code::kMalformed;
+  }
   std::ifstream in(key, std::ios::binary);
   if (!in) {
     fail("sign: cannot read key " + key + ": " + common::errstr(errno));

@@ -11,6 +11,7 @@
 
 #include "cli/exit_codes.h"
 #include "common/error.h"
+#include "ctl/protocol.h"
 #include "fence/token.h"
 #include "fencefs/ioctl.h"
 
@@ -34,14 +35,22 @@ std::string xattr_of(int fd, const char* name) {
 
 }  // namespace
 
+std::string domain_arg_error(const std::string& domain) {
+  std::string_view e = ctl::domain_path_error(domain);
+  if (e.empty()) return "";
+  if (domain.empty() || domain[0] != '/')
+    return fmt::format("domain '{}' must be a path from the mount root, like / or /jobs", domain);
+  return fmt::format("domain '{}': {}", domain, e);
+}
+
 DomainHandle::~DomainHandle() {
   if (fd_ >= 0) close(fd_);
 }
 
 int DomainHandle::open(const std::string& root, const std::string& domain, std::string* why) {
   domain_ = domain;
-  if (domain.empty() || domain[0] != '/') {
-    *why = fmt::format("domain '{}' must be a path from the mount root, like / or /jobs", domain);
+  if (std::string e = domain_arg_error(domain); !e.empty()) {
+    *why = e;
     return exit_code::kMalformed;
   }
   std::string path = root == "/" ? domain : (domain == "/" ? root : root + domain);

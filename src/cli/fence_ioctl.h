@@ -35,6 +35,10 @@ class DomainHandle {
   std::string domain_;
 };
 
+// Why DOMAIN, as given on the command line, cannot name a domain (the control file's grammar);
+// "" when it can. Every command taking a domain checks it, so that they refuse the same texts.
+std::string domain_arg_error(const std::string& domain);
+
 // A one-line explanation of that errno for fencectl's messages.
 std::string explain_errno(int err);
 

@@ -406,3 +406,25 @@ done
   EXPECT_EQ(0, st);
   sh("rm -rf " + q(dir));
 }
+
+// sign refuses the domain texts advance refuses: a token for them could never be bound.
+TEST(FencectlMessages, SignRefusesADomainAdvanceRefuses) {
+  Mount m;
+  spit(m.root() + "/key", "k3y");
+  std::string sign = "$CTL sign --key " + q(m.root() + "/key") + " --epoch 3 --domain ";
+  int st = -1;
+  for (std::string d : {"nodom", "/jobs/", "/a/../b"}) {
+    std::string advanced = script(m, "$CTL advance -m $M " + q(d) + " 3 2>&1", &st);
+    EXPECT_EQ(204, st) << d << ": " << advanced;
+    std::string signed_ = script(m, sign + q(d) + " 2>&1", &st);
+    EXPECT_EQ(204, st) << d << ": " << signed_;
+    ASSERT_EQ(0u, advanced.rfind("fencectl: advance: ", 0)) << advanced;
+    EXPECT_EQ("fencectl: sign: " + advanced.substr(19), signed_) << d;
+  }
+  EXPECT_EQ("fencectl: sign: domain 'nodom' must be a path from the mount root, like / or /jobs\n",
+            script(m, sign + "nodom 2>&1"));
+  std::string token = script(m, sign + "/ 2>&1", &st);
+  EXPECT_EQ(0, st) << token;
+  EXPECT_EQ(0u, token.rfind("3.", 0)) << token;
+  EXPECT_EQ("0", xattr(m.mnt(), "user.fencefs.epoch"));
+}
