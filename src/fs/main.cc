@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "audit/audit.h"
 #include "cluster/cluster.h"
@@ -241,8 +242,12 @@ std::optional<int> parse_command_line(fuse_args* args, daemon::Args* a, fuse_cmd
   }
   if (fuse_parse_cmdline(args, copts) != 0) return 1;
   if (a->backing.empty() || !copts->mountpoint) {
-    std::cerr << daemon::kUsage;
-    return 1;
+    // Name what is missing: the whole help alone left it to guess.
+    std::string_view usage = daemon::kUsage;
+    std::cerr << "fencefs: missing "
+              << (a->backing.empty() ? "BACKING and MOUNTPOINT" : "MOUNTPOINT") << "\n"
+              << usage.substr(0, usage.find("\n\n") + 1) << "(see fencefs --help)\n";
+    return 1;  // the mount could not be set up: fencefs's one failure status
   }
   return std::nullopt;
 }

@@ -866,6 +866,17 @@ TEST(Fencectl, VersionAndUsageErrors) {
     EXPECT_EQ(st, 200) << bad << ": " << out;  // exit_code::kUsage
     EXPECT_NE(out.find("--help"), std::string::npos) << bad << ": " << out;
   }
+  // fencefs without a mountpoint names what is missing, then the synopsis; not the whole help.
+  for (std::string args : {"/tmp", "-o max_jump=3 /tmp", ""}) {
+    std::string out = sh_out(kFencefs + " " + args + " 2>&1", &st);
+    EXPECT_EQ(st, 1) << args << ": " << out;  // the mount could not be set up
+    std::string missing = args.empty() ? "BACKING and MOUNTPOINT" : "MOUNTPOINT";
+    EXPECT_EQ(out,
+              "fencefs: missing " + missing +
+                  "\nusage: fencefs [options] BACKING MOUNTPOINT\n       mount -t fuse.fencefs "
+                  "BACKING MOUNTPOINT -o OPTIONS\n(see fencefs --help)\n")
+        << args;
+  }
   // No command at all: the general help, on stderr, as a usage error.
   EXPECT_EQ(sh_out(kCtl + " 2>/dev/null", &st), "");
   EXPECT_EQ(st, 200);
