@@ -107,7 +107,8 @@ const std::vector<CommandSpec>& commands() {
         {"domain", 'd', "D", "only records of domain D (a path such as / or /jobs/a)"},
         {"since", 0, "TIME", "2026-12-02T10:00:00Z, or relative: 90s, 10m, 2h, 1d, 1w"},
         {"decision", 0, "LIST",
-         "only these decisions, comma-separated: accepted, refused, advanced, bound, ..."},
+         "only these decisions, comma-separated: accepted, refused, advanced,\n"
+         "                          bound, unbound, declared, info, recovered, failed, detected"},
         {"verbose", 'v', nullptr, "add the errno and the reason under each row"},
         {"json", 0, nullptr, "print the stored JSON lines"},
         {"follow", 'f', nullptr, "then print new records as they come, across rotation"},
@@ -120,7 +121,7 @@ const std::vector<CommandSpec>& commands() {
        {{"state", 's', "DIR", "the state directory (default BACKING/.fencefs)"},
         {"json", 0, nullptr, "print the findings as JSON"},
         {"quiet", 'q', nullptr, "only the findings, one per line: no summary, warnings or bar"}},
-       "Exit status: 0 clean, 1 findings, 2 could not check.\n"},
+       "Exit status: 0 clean, 1 findings, 2 could not check; 200 for a bad command line.\n"},
       {"recover",
        "--state DIR --floor N [--backing B] [--json]",
        "Offline, when fencefs refuses to mount: salvage the valid prefix of a damaged "
@@ -162,7 +163,8 @@ void print_command_help(const CommandSpec& spec, std::ostream& out) {
   }
   out << "  -h, --help              this help\n";
   if (*spec.notes) out << "\n" << spec.notes;
-  out << "\nExit status: see `fencectl --help`.\n";
+  // One paragraph: a command with statuses of its own (verify) gives them in its notes.
+  if (!strstr(spec.notes, "Exit status:")) out << "\nExit status: see `fencectl --help`.\n";
 }
 
 Parsed parse_command(const CommandSpec& spec, const Args& args) {

@@ -840,7 +840,26 @@ TEST(Fencectl, EveryCommandHasItsOwnHelp) {
     EXPECT_EQ(out.rfind("usage: fencectl " + cmd + " ", 0), 0u) << cmd << ": " << out;
     for (const std::string& o : opts)
       EXPECT_NE(out.find(o), std::string::npos) << cmd << " --help lacks " << o << ": " << out;
+    size_t first = out.find("Exit status");
+    EXPECT_NE(first, std::string::npos) << cmd << ": " << out;
+    EXPECT_EQ(out.find("Exit status", first + 1), std::string::npos) << cmd << ": twice: " << out;
   }
+  // audit --help lists every decision --decision takes (as its refusal lists them), no "...".
+  TempDir state;
+  std::string refusal =
+      sh_out(kCtl + " audit --state '" + state.path + "' --decision bogus 2>&1 >/dev/null");
+  size_t open = refusal.find('('), close = refusal.find(')');
+  ASSERT_NE(close, std::string::npos) << refusal;
+  std::string audit_help = sh_out(kCtl + " audit --help");
+  std::stringstream list(refusal.substr(open + 1, close - open - 1));
+  int listed = 0;
+  for (std::string d; std::getline(list, d, ',');) {
+    d.erase(0, d.find_first_not_of(' '));
+    EXPECT_NE(audit_help.find(" " + d), std::string::npos) << d << ": " << audit_help;
+    listed++;
+  }
+  EXPECT_EQ(listed, 10) << refusal;
+  EXPECT_EQ(audit_help.find(", ..."), std::string::npos) << audit_help;
   int st = -1;
   std::string top = sh_out(kCtl + " --help", &st);
   EXPECT_EQ(st, 0);
