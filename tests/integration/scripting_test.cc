@@ -1,6 +1,7 @@
 // Scripting against a mount as an operator would: binds refused at bind time, the control file's
 // reply read by a shell, which token a caller presents, domain paths with spaces and UTF-8, and
-// the metrics page as Prometheus reads it.
+// the metrics page as Prometheus reads it; fencectl's messages and exit statuses, its bash
+// completion, and the documents against the binaries.
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -427,4 +428,50 @@ TEST(FencectlMessages, SignRefusesADomainAdvanceRefuses) {
   EXPECT_EQ(0, st) << token;
   EXPECT_EQ(0u, token.rfind("3.", 0)) << token;
   EXPECT_EQ("0", xattr(m.mnt(), "user.fencefs.epoch"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The documents say what the binaries do.
+
+namespace {
+
+std::string squeeze(const std::string& s) {  // runs of whitespace as one space
+  std::string out;
+  for (char c : s)
+    if (!isspace(static_cast<unsigned char>(c)))
+      out += c;
+    else if (!out.empty() && out.back() != ' ')
+      out += ' ';
+  return out;
+}
+
+}  // namespace
+
+TEST(Docs, StatusJsonExampleAndDefaultIssuersMatchTheBinaries) {
+  Mount m;
+  const std::string src = FENCEFS_SOURCE_DIR;
+  // docs/status-json.md's example: the root domain's id, and top-level members a mount has.
+  std::string example = m.root() + "/example.json";
+  ASSERT_EQ(0, sh("awk '/^```json$/{c=1;next} c&&/^```$/{exit} c{print}' " +
+                  q(src + "/docs/status-json.md") + " > " + q(example)));
+  int st = -1;
+  std::string live =
+      script(m,
+             "$CTL status -m $M --json > $M/../live.json && cd $M/.. && "
+             "jq -r '.domains[0].path, .domains[0].id, (keys|join(\" \"))' live.json",
+             &st);
+  ASSERT_EQ(0, st) << live;
+  std::string doc =
+      sh_out("jq -r '.domains[0].path, .domains[0].id, (keys|join(\" \"))' " + q(example));
+  EXPECT_EQ(live, doc);
+  // The issuers' default: as `fencefs --help` gives it, so the README.
+  std::string help = squeeze(sh_out(std::string(FENCEFS_BIN) + " --help"));
+  size_t at = help.find("(default: ", help.find("issuers=LIST"));
+  ASSERT_NE(std::string::npos, at) << help;
+  at += 10;
+  std::string dflt = help.substr(at, help.find(')', at) - at);
+  EXPECT_EQ("root and the user who mounted", dflt);
+  std::string readme = squeeze(slurp(src + "/README.md"));
+  EXPECT_NE(std::string::npos, readme.find("(`-o issuers=…`, default " + dflt + ")"))
+      << "README's Issuers paragraph";
 }
