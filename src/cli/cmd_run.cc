@@ -1,4 +1,4 @@
-// run (bound to a given token, an acquired one, or one from a lock service) and lease.
+// fencectl run: CMD bound to a given token, an acquired one, or one from a lock service.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -24,6 +24,7 @@
 #include "cli/ctlfile.h"
 #include "cli/exit_codes.h"
 #include "cli/fence_ioctl.h"
+#include "cli/lockrun.h"
 #include "cli/options.h"
 #include "common/error.h"
 #include "ctl/protocol.h"
@@ -34,60 +35,7 @@ namespace fencefs::cli {
 namespace {
 
 namespace ec = exit_code;
-
-struct Opts {
-  std::string mount, domain, token, user;
-  bool acquire = false, resync = false, once = false;
-  std::string etcd, lock, cacert, cert, key, lease;
-  double ttl = 10, wait = -1, grace = 10;
-};
-
-// run and lease report a bad command line with the table's usage code (CMD's codes stay CMD's).
-[[noreturn]] void bad_usage(const std::string& msg) {
-  std::cerr << "fencectl: " << msg << "\n(see fencectl run --help, fencectl lease --help)\n";
-  exit(ec::kUsage);
-}
-
-bool parse_seconds(const std::string& s, double* out) {
-  try {
-    size_t used = 0;
-    double v = std::stod(s, &used);
-    if (used != s.size() || v < 0) return false;
-    *out = v;
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-// Parses run's or lease's options (the command table's parser); returns the operands: for run,
-// CMD and its arguments.
-Args parse(const Args& args, Opts* o, const char* what) {
-  Parsed p = parse_command(*find_command(what), args);
-  for (auto [name, field] : {std::pair{"mount", &o->mount},
-                             {"domain", &o->domain},
-                             {"token", &o->token},
-                             {"user", &o->user},
-                             {"etcd", &o->etcd},
-                             {"lock", &o->lock},
-                             {"cacert", &o->cacert},
-                             {"cert", &o->cert},
-                             {"key", &o->key},
-                             {"lease", &o->lease}})
-    *field = p.value(name);
-  o->acquire = p.flag("acquire");
-  o->resync = p.flag("resync");
-  o->once = p.flag("once");
-  std::string v;
-  if (!(v = p.value("ttl")).empty() && (!parse_seconds(v, &o->ttl) || o->ttl < 1))
-    bad_usage(std::string(what) + ": --ttl needs whole seconds >= 1");
-  if (!(v = p.value("wait")).empty() && !parse_seconds(v, &o->wait))
-    bad_usage(std::string(what) + ": bad --wait " + v);
-  if (!(v = p.value("grace")).empty() && !parse_seconds(v, &o->grace))
-    bad_usage(std::string(what) + ": bad --grace " + v);
-  return p.positional;
-}
-
+using namespace lockrun;  // NOLINT(google-build-using-namespace): the shared half of this file
 bool resolve_user(const std::string& spec, uid_t* uid, gid_t* gid, std::string* name) {
   std::string u = spec, g;
   size_t colon = spec.find(':');
@@ -140,93 +88,6 @@ struct User {
     return 0;
   }
 };
-
-etcd::Options etcd_options(const Opts& o) {
-  etcd::Options e;
-  bool tls = !o.cacert.empty() || !o.cert.empty();
-  e.endpoints = etcd::parse_endpoints(o.etcd, tls);
-  e.cacert = o.cacert;
-  e.cert = o.cert;
-  e.key = o.key;
-  // A keepalive must be able to give up on one endpoint and try another within the TTL, and a
-  // call must outlast a leader election (one to two seconds).
-  auto half = std::chrono::milliseconds(static_cast<int64_t>(o.ttl * 1000 / 2));
-  e.request_timeout = std::clamp(half, etcd::Millis(3000), etcd::Millis(5000));
-  e.connect_timeout = std::min(e.request_timeout / 2, etcd::Millis(1000));
-  return e;
-}
-
-int lock_service_exit(const etcd::Status& s) {
-  switch (s.code) {
-    case etcd::Status::kOk:
-      return ec::kOk;
-    case etcd::Status::kTimeout:
-      return ec::kLockTimeout;
-    case etcd::Status::kNotFound:
-      return ec::kLeaseLost;
-    default:
-      return ec::kLockService;
-  }
-}
-
-// Takes the lock, draws the next token and, with a domain handle, acquires D at that token
-// (binding this process when bind). On failure the lease is released.
-int etcd_acquire(const Opts& o, etcd::LockService& svc, const DomainHandle* dh, bool bind,
-                 etcd::Grant* g) {
-  etcd::Millis wait = o.wait < 0 ? etcd::Millis(int64_t{1} << 40)
-                                 : etcd::Millis(static_cast<int64_t>(o.wait * 1000));
-  etcd::Status s = svc.acquire(o.lock, static_cast<int64_t>(o.ttl), wait, g);
-  if (s.code == etcd::Status::kTimeout) {
-    fail(fmt::format("lock {} not acquired within {} s", o.lock, o.wait));
-    return ec::kLockTimeout;
-  }
-  if (!s.ok()) {
-    fail(fmt::format("lock service: {}", s.message));
-    return lock_service_exit(s);
-  }
-  auto give_up = [&](int code) {
-    svc.release(*g);
-    return code;
-  };
-  if (!(s = svc.next_token(o.lock, g)).ok()) {
-    fail(fmt::format("could not draw a token for lock {}: {}", o.lock, s.message));
-    return give_up(lock_service_exit(s));
-  }
-  if (!dh) return 0;
-  uint64_t got = 0;
-  int err = dh->acquire(g->token, bind, false, &got);
-  if (err == ESTALE) {
-    uint64_t epoch = got;
-    dh->epoch(&epoch);
-    // Either cause looks the same from here; only the operator knows which it is.
-    if (!o.resync) {
-      fail(fmt::format(
-          "issuer behind the resource: lock {} issued token {}, but domain {} is already at "
-          "epoch {}. Nothing ran. Either the lock name is new to this domain (its counter starts "
-          "at 1, and the epoch came from another lock or issuer), or etcd was restored from an "
-          "older backup. Once you know which, --resync moves the counter above the domain's "
-          "epoch (audited)",
-          o.lock, g->token, o.domain, epoch));
-      return give_up(ec::kIssuerBehind);
-    }
-    uint64_t drawn = g->token;
-    if (!(s = svc.resync(o.lock, epoch + 1, g)).ok()) {
-      fail(fmt::format("resync of lock {}'s counter failed: {}", o.lock, s.message));
-      return give_up(lock_service_exit(s));
-    }
-    err = dh->acquire(g->token, bind, true, &got);
-    if (!err)
-      std::cerr << fmt::format(
-          "fencectl: resync: counter of lock {} moved from {} to {}, above domain {}'s epoch {}\n",
-          o.lock, drawn, g->token, o.domain, epoch);
-  }
-  if (err) {
-    fail(fmt::format("acquire of domain {} at token {} refused: {}", o.domain, g->token,
-                     explain_errno(err)));
-    return give_up(err == ESTALE ? ec::kIssuerBehind : ec::from_errno(err));
-  }
-  return 0;
-}
 
 std::vector<char*> argv_of(const Args& args, size_t from) {
   std::vector<char*> argv;
@@ -347,12 +208,6 @@ int run_under_lease(const Opts& o, etcd::LockService& svc, const etcd::Grant& g,
   return lost ? ec::kLeaseLost : status_of(st);
 }
 
-int need_root(const Opts& o, std::string* root) {
-  if (o.mount.empty()) bad_usage("--mount M is required");
-  *root = mount_or_exit(o.mount, "");
-  return 0;
-}
-
 }  // namespace
 
 int cmd_run(const Args& args) {
@@ -426,84 +281,6 @@ int cmd_run(const Args& args) {
   execvp(argv[0], argv.data());
   fail(fmt::format("run: {}: {}", command[cmd], common::errstr(errno)));
   return ec::kExecFailed;
-}
-
-int cmd_lease(const Args& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << find_command("lease")->full_help;
-    return args.empty() ? ec::kUsage : 0;
-  }
-  const std::string& verb = args[0];
-  if (verb != "acquire" && verb != "keepalive" && verb != "release")
-    bad_usage("lease: unknown verb '" + verb + "': expected acquire, keepalive or release");
-  Opts o;
-  Args rest = parse(Args(args.begin() + 1, args.end()), &o, "lease");
-  if (!rest.empty()) bad_usage("lease: unexpected argument " + rest[0]);
-  if (o.etcd.empty()) bad_usage("lease: --etcd ENDPOINTS is required");
-  etcd::EtcdLockService svc(etcd_options(o));
-  if (verb == "acquire") {
-    if (o.lock.empty()) bad_usage("lease acquire: --lock NAME is required");
-    DomainHandle dh;
-    if (!o.mount.empty()) {
-      if (o.domain.empty()) bad_usage("lease acquire: --mount needs --domain D");
-      std::string root, why;
-      if (int code = need_root(o, &root)) return code;
-      if (int code = dh.open(root, o.domain, &why)) {
-        fail("lease acquire: " + why);
-        return code;
-      }
-    }
-    etcd::Grant g;
-    if (int code = etcd_acquire(o, svc, o.mount.empty() ? nullptr : &dh, false, &g)) return code;
-    std::cout << "FENCEFS_TOKEN=" << g.token << "\nFENCEFS_LEASE=" << g.lease
-              << "\nFENCEFS_LOCK_KEY='" << g.key << "'\n";
-    return 0;
-  }
-  int64_t lease = 0;
-  auto r = std::from_chars(o.lease.data(), o.lease.data() + o.lease.size(), lease);
-  if (o.lease.empty() || r.ec != std::errc() || r.ptr != o.lease.data() + o.lease.size())
-    bad_usage("lease " + verb + ": --lease ID (decimal, as printed by lease acquire) is required");
-  if (verb == "release") {
-    etcd::Grant g;
-    g.lease = lease;
-    etcd::Status s = svc.release(g);
-    if (s.code == etcd::Status::kNotFound) {
-      // Idempotent, as run's own release: the lock is free. A note, for a mistyped ID.
-      std::cerr << fmt::format(
-          "fencectl: lease release: lease {} not found (expired, already released or never "
-          "granted): nothing to release\n",
-          lease);
-      return ec::kOk;
-    }
-    if (!s.ok()) fail("lease release: " + s.message);
-    return lock_service_exit(s);
-  }
-  if (verb == "keepalive") {
-    int64_t ttl = 0;
-    etcd::Status s = svc.keepalive(lease, &ttl);
-    if (!s.ok()) {
-      fail(fmt::format("lease keepalive: {}", s.message));
-      return s.code == etcd::Status::kNotFound ? ec::kLeaseLost : ec::kLockService;
-    }
-    if (o.once) {
-      std::cout << "ttl " << ttl << "\n";
-      return 0;
-    }
-    // Until etcd says the lease is gone, or no keepalive succeeded for a whole TTL.
-    std::mutex mu;
-    std::condition_variable cv;
-    std::string why;
-    etcd::KeepAlive ka(svc, lease, ttl, [&](std::string w) {
-      std::lock_guard lk(mu);
-      why = std::move(w);
-      cv.notify_all();
-    });
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return !why.empty(); });
-    fail("lease keepalive: lease lost: " + why);
-    return ec::kLeaseLost;
-  }
-  return ec::kFailed;  // unreachable: the verb was checked first
 }
 
 }  // namespace fencefs::cli
