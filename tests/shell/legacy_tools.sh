@@ -440,6 +440,22 @@ grep -qx '  Entries: 10000' "$LOGS/lmdb.mnt.out" &&
 
 # ------------------------------------------------------------ phase 2: a superseded token
 [ -n "$SELFTEST" ] && finish
+# Readers need no token: sqlite3 opens its database read-write and falls back to read-only. A WAL
+# database needs its -shm file writable even to be read (README): without a token, only
+# ?immutable=1 reads it.
+out=$(plain sqlite3 "$MNT/sqlite/db.sqlite" "SELECT count(*) FROM t;" 2>&1)
+[ "$out" = 10000 ] && pass "sqlite3 reads a database without a token" ||
+  fail "sqlite3 read without a token: $out"
+bound "$TOKEN" sqlite3 "$MNT/wal.sqlite" \
+  "PRAGMA journal_mode=wal; CREATE TABLE t(x); INSERT INTO t VALUES (1);" >/dev/null 2>&1
+out=$(plain sqlite3 -readonly "$MNT/wal.sqlite" "SELECT count(*) FROM t;" 2>&1)
+case $out in
+  *"unable to open database file"*) pass "sqlite3 -readonly on a WAL database without a token is refused, as the README says" ;;
+  *) fail "sqlite3 -readonly on a WAL database without a token: $out" ;;
+esac
+out=$(plain sqlite3 "file:$MNT/wal.sqlite?immutable=1" "SELECT count(*) FROM t;" 2>&1)
+[ "$out" = 1 ] && pass "sqlite3 with ?immutable=1 reads a WAL database without a token" ||
+  fail "sqlite3 ?immutable=1 on a WAL database: $out"
 # The superseded holders: each follow-up job is bound to $TOKEN while that is current (a stale
 # token is refused at bind time), then stops itself until the advance to $NEWTOKEN has acted.
 declare -A HOLDER
