@@ -203,7 +203,8 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
     case Lock::Busy:
       *error = fmt::format(
           "state directory {} is in use by another fencefs daemon ({}); a state serves one "
-          "mount at a time",
+          "mount at a time (just unmounted? the daemon may still be exiting: a cluster member "
+          "leaves its cluster first; wait for that pid to exit)",
           req.state, who(fd));
       close(fd);
       return nullptr;
