@@ -110,6 +110,18 @@ std::string who(int fd) {
 
 }  // namespace
 
+std::string served_by(const std::string& backing) {
+  int fd = open((backing + "/.fencefs/owner").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  std::string out;
+  if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type != F_UNLCK) out = who(fd);
+  close(fd);
+  return out;
+}
+
 std::string Owner::encode() const {
   return (cluster.empty() ? "" : "cluster=" + escape(cluster) + "\n") +
          fmt::format(

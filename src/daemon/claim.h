@@ -37,6 +37,10 @@ struct Owner {
 // This process's identity, as a marker would name it.
 Owner self_owner(const std::string& mountpoint, const std::string& state);
 
+// Who serves BACKING now, when a daemon holds its owner file's lock; "" otherwise. Only reads:
+// for refusals that come before the claim, which must leave no trace.
+std::string served_by(const std::string& backing);
+
 class Claim {
  public:
   struct Request {

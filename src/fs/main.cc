@@ -70,6 +70,13 @@ uint64_t floor_for_new_state(const daemon::Settings& o, bool init) {
   const bool cluster_mode = o.cluster_mode;
   fence::StampScan scan = fence::scan_stamps(backing);
   uint64_t highest = scan.highest, stamped = scan.stamped_files + scan.highwater_marks;
+  // A backing another daemon serves is refused as such, not as a lost state of this mount's.
+  if (std::string who = stamped > 0 && !cluster_mode ? daemon::served_by(backing) : "";
+      !who.empty())
+    die(
+        fmt::format("backing {} is already served by a fencefs daemon ({}); a backing is served "
+                    "by one daemon: unmount that mount first",
+                    backing, who));
   // In cluster mode the epochs come from etcd at join; stamps above them are then a rollback.
   if (stamped > 0 && !init && !cluster_mode)
     die(
@@ -362,13 +369,12 @@ int main(int argc, char* argv[]) {
   // Lost state over stamped files would silently reopen old epochs: refuse unless told.
   journal::FileLayer& files = journal::posix_file_layer();
   bool maybe_fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
+  uint64_t init_floor = maybe_fresh ? floor_for_new_state(o, a.init != 0) : 0;
 
   add_mount_options(&args, backing);
 
   // From here on, everything created is undone if the mount fails.
   auto claim = claim_state(o, a.takeover != 0);
-  // After the claim: a backing another daemon serves is refused as such, not as a lost state.
-  uint64_t init_floor = maybe_fresh ? floor_for_new_state(o, a.init != 0) : 0;
 
   // The lock makes the state ours: only now is "no state yet" settled.
   bool fresh = !files.exists(state + "/snapshot") && !files.exists(state + "/journal");
