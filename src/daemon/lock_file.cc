@@ -7,8 +7,19 @@
 #include <cerrno>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace fencefs::daemon {
+namespace {
+
+// Whether NAME in DIRFD is the file open as FD.
+bool names(int dirfd, const std::string& name, int fd) {
+  struct stat a, b;
+  return fstat(fd, &a) == 0 && fstatat(dirfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+         a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+}  // namespace
 
 Lock lock_file(int dirfd, const std::string& name, const std::string& path, int* fd_out,
                bool* created, std::string* error, short type) {
@@ -26,8 +37,14 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
       return Lock::Error;
     }
     // Root writes the marker into it: were it a hard link (BACKING/.fencefs may be a directory
-    // someone else made), root would overwrite, and at unmount empty, the file linked to.
-    if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    // someone else made), root would overwrite, and at unmount empty, the file linked to. No
+    // name left: its holder removed it as it exited; the path names another file now, or none.
+    struct stat st {};
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0) {
+      close(fd);
+      continue;
+    }
+    if (st.st_nlink != 1 || !S_ISREG(st.st_mode)) {
       close(fd);
       *error = fmt::format(
           "{} is not a regular file with a single name (a hard link?); fencefs writes its marker "
@@ -40,6 +57,10 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
     fl.l_whence = SEEK_SET;
     if (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
       int err = errno;
+      if ((err == EAGAIN || err == EACCES) && !names(dirfd, name, fd)) {
+        close(fd);  // held by a daemon that removed it as it exited: the path's file is free
+        continue;
+      }
       if (err == EAGAIN || err == EACCES) {
         *fd_out = fd;  // kept open so the caller can read who holds it
         return Lock::Busy;
@@ -48,9 +69,7 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
       *error = fmt::format("cannot lock {}: {}", path, common::errstr(err));
       return Lock::Error;
     }
-    struct stat a, b;
-    if (fstat(fd, &a) == 0 && fstatat(dirfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-        a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+    if (names(dirfd, name, fd)) {
       *fd_out = fd;
       return Lock::Taken;
     }
@@ -72,10 +91,17 @@ int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
   bool created = false;
   if (dfd >= 0 && fstat(dfd, &ds) == 0 && ds.st_uid == geteuid() &&
       !(ds.st_mode & (S_IWGRP | S_IWOTH))) {
-    Lock l = lock_file(dfd, name, fmt::format("{}/{}", dir, name), &fd, &created, &error,
-                       shared ? F_RDLCK : F_WRLCK);
+    // A cluster member leaving turns its shared lock exclusive for a moment, to remove the file
+    // if it is the last: a few tries ride that out.
+    Lock l = Lock::Busy;
+    for (int k = 0; k < 10 && l == Lock::Busy; k++) {
+      if (k > 0) usleep(20'000);
+      l = lock_file(dfd, name, fmt::format("{}/{}", dir, name), &fd, &created, &error,
+                    shared ? F_RDLCK : F_WRLCK);
+      if (l == Lock::Busy) close(fd);
+    }
     *busy = l == Lock::Busy;
-    if (l == Lock::Busy) close(fd);
+    if (l == Lock::Error) log::warn("serving without the backing's lock: {}", error);
     if (l != Lock::Taken) fd = -1;
   }
   if (dfd >= 0) close(dfd);
@@ -83,17 +109,19 @@ int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
   return fd;
 }
 
-void unlink_backing_identity(int fd, const std::string& name) {
+bool unlink_if_last(int dirfd, int fd, const std::string& name) {
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
-  if (name.empty() || fcntl(fd, F_OFD_SETLK, &fl) != 0) return;
+  if (name.empty() || fcntl(fd, F_OFD_SETLK, &fl) != 0 || !names(dirfd, name, fd)) return false;
+  return unlinkat(dirfd, name.c_str(), 0) == 0;
+}
+
+void unlink_backing_identity(int fd, const std::string& name) {
   int dfd = open("/run/fencefs", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  struct stat a, b;
-  if (dfd >= 0 && fstat(fd, &a) == 0 && fstatat(dfd, name.c_str(), &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-      a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-    unlinkat(dfd, name.c_str(), 0);
-  if (dfd >= 0) close(dfd);
+  if (dfd < 0) return;
+  unlink_if_last(dfd, fd, name);
+  close(dfd);
 }
 
 }  // namespace fencefs::daemon

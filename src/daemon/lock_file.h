@@ -26,5 +26,7 @@ int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
 // upgrade to an exclusive lock proves that. Unlinked while locked: a daemon that opened it just
 // before finds, once it holds the lock, that the path names another file or none, and retries.
 void unlink_backing_identity(int fd, const std::string& name);
+// The same for NAME in DIRFD, locked as FD: true when it was removed.
+bool unlink_if_last(int dirfd, int fd, const std::string& name);
 
 }  // namespace fencefs::daemon
