@@ -20,12 +20,17 @@ namespace {
 bool slurp(const char* path, std::string* out) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
+  // Whole: a long Groups: line pushes the later fields (CapEff:) past the first 4 KiB. procfs
+  // fills each read, so a short one is the end.
   char buf[4096];
-  ssize_t n = ::read(fd, buf, sizeof buf);
+  out->clear();
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) {
+    out->append(buf, static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < sizeof buf) break;
+  }
   ::close(fd);
-  if (n <= 0) return false;
-  out->assign(buf, static_cast<size_t>(n));
-  return true;
+  return n >= 0 && !out->empty();
 }
 
 // /proc/PID/status.

@@ -468,6 +468,13 @@ TEST(Hardening, TrustedXattrNamesShowOnlyToWhomTheyShowNatively) {
   EXPECT_EQ(1, job_as(m, 0, 0, [&] { return lists(through); }));
   EXPECT_EQ(2, job_as(m, 0, kNobody, [&] { return lists(native); }));
   EXPECT_EQ(2, job_as(m, 0, kNobody, [&] { return lists(through); }));
+  // Root in many groups: /proc/TID/status puts CapEff past its first 4 KiB.
+  EXPECT_EQ(1, job_as(m, 0, 0, [&] {
+              std::vector<gid_t> many;
+              for (gid_t g = 0; g < 600; g++) many.push_back(1000000000 + g);
+              if (setgroups(many.size(), many.data()) != 0) return 10;
+              return lists(through);
+            }));
   // Root in a user namespace of its own: every capability there, none in the initial one.
   for (const std::string& path : {native, through})
     EXPECT_EQ(2, job_as(m, 0, 0,
