@@ -40,6 +40,7 @@ int cmd_advance(const Args& args) {
   bool force = p.flag("force");
   std::vector<std::string> pos = p.positional;
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
+  pos[0] = domain_arg(pos[0]);
   std::string root = need_mount(mount);
   auto token = fence::parse_token_text(pos[1]);
   if (!token) {
@@ -79,7 +80,8 @@ int cmd_advance(const Args& args) {
 
 int cmd_sign(const Args& args) {
   Parsed p = parse_command(*find_command("sign"), args);
-  std::string key = p.value("key"), domain = p.value("domain"), epoch = p.value("epoch");
+  std::string key = p.value("key"), domain = domain_arg(p.value("domain")),
+              epoch = p.value("epoch");
   if (!p.positional.empty()) usage_error("sign: unexpected argument " + p.positional[0]);
   if (key.empty() || domain.empty() || epoch.empty())
     usage_error("sign: --key FILE --domain D --epoch N are required");

@@ -35,6 +35,11 @@ std::string xattr_of(int fd, const char* name) {
 
 }  // namespace
 
+std::string domain_arg(std::string domain) {
+  while (domain.size() > 1 && domain.back() == '/') domain.pop_back();
+  return domain;
+}
+
 std::string domain_arg_error(const std::string& domain) {
   std::string_view e = ctl::domain_path_error(domain);
   if (e.empty()) return "";
@@ -47,7 +52,8 @@ DomainHandle::~DomainHandle() {
   if (fd_ >= 0) close(fd_);
 }
 
-int DomainHandle::open(const std::string& root, const std::string& domain, std::string* why) {
+int DomainHandle::open(const std::string& root, const std::string& typed, std::string* why) {
+  const std::string domain = domain_arg(typed);
   domain_ = domain;
   if (std::string e = domain_arg_error(domain); !e.empty()) {
     *why = e;

@@ -37,6 +37,8 @@ class DomainHandle {
 
 // Why DOMAIN, as given on the command line, cannot name a domain (the control file's grammar);
 // "" when it can. Every command taking a domain checks it, so that they refuse the same texts.
+// A domain as typed: trailing slashes (a shell's completion adds one) go, "/" stays.
+std::string domain_arg(std::string domain);
 std::string domain_arg_error(const std::string& domain);
 
 // A one-line explanation of that errno for fencectl's messages.

@@ -55,6 +55,7 @@ Args parse(const Args& args, Opts* o, const char* what) {
                              {"key", &o->key},
                              {"lease", &o->lease}})
     *field = p.value(name);
+  o->domain = domain_arg(o->domain);  // exported as FENCEFS_DOMAIN, as the daemon names it
   o->acquire = p.flag("acquire");
   o->resync = p.flag("resync");
   o->once = p.flag("once");

@@ -414,7 +414,7 @@ TEST(FencectlMessages, SignRefusesADomainAdvanceRefuses) {
   spit(m.root() + "/key", "k3y");
   std::string sign = "$CTL sign --key " + q(m.root() + "/key") + " --epoch 3 --domain ";
   int st = -1;
-  for (std::string d : {"nodom", "/jobs/", "/a/../b"}) {
+  for (std::string d : {"nodom", "/a//b", "/a/../b"}) {
     std::string advanced = script(m, "$CTL advance -m $M " + q(d) + " 3 2>&1", &st);
     EXPECT_EQ(204, st) << d << ": " << advanced;
     std::string signed_ = script(m, sign + q(d) + " 2>&1", &st);
@@ -428,6 +428,21 @@ TEST(FencectlMessages, SignRefusesADomainAdvanceRefuses) {
   EXPECT_EQ(0, st) << token;
   EXPECT_EQ(0u, token.rfind("3.", 0)) << token;
   EXPECT_EQ("0", xattr(m.mnt(), "user.fencefs.epoch"));
+  // A trailing slash, as a shell's completion adds it, names the same domain.
+  ASSERT_EQ(0, ::mkdir(m.bpath("jobs").c_str(), 0755));
+  ASSERT_EQ(
+      0, st = sh(std::string(FENCECTL_BIN) + " domain add " + q(m.path("jobs")) + " >/dev/null"));
+  EXPECT_EQ(script(m, sign + "/jobs 2>&1"), script(m, sign + "/jobs/ 2>&1", &st));
+  EXPECT_EQ(0, st);
+  script(m, "$CTL advance -m $M /jobs/ 3 2>&1", &st);
+  EXPECT_EQ(0, st);
+  EXPECT_EQ("3", xattr(m.path("jobs"), "user.fencefs.epoch"));
+  EXPECT_EQ(
+      "/jobs\n",
+      script(m,
+             "$CTL run --mount $M --domain /jobs/ --token 3 -- sh -c 'echo $FENCEFS_DOMAIN' 2>&1",
+             &st));
+  EXPECT_EQ(0, st);
 }
 
 // ---------------------------------------------------------------------------------------------
