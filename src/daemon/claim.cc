@@ -111,8 +111,18 @@ std::string who(int fd) {
 }  // namespace
 
 std::string served_by(const std::string& backing) {
-  int fd = open((backing + "/.fencefs/owner").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  std::string ignored;
+  int dfd = open_marker_dir(backing + "/.fencefs", &ignored);
+  if (dfd < 0) return "";
+  // Whoever may write BACKING's root may have put a FIFO or a device there: opened without
+  // waiting, and read only if it is a regular file.
+  int fd = openat(dfd, "owner", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  close(dfd);
   if (fd < 0) return "";
+  if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return "";
+  }
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
