@@ -196,26 +196,56 @@ void drain_lines(std::string* pending, const std::function<void(const std::strin
   }
 }
 
-// Emits the complete lines of every rotated file whose inode is not in *done (oldest first) and
+// The "time" of a log file's first record (records are appended in time order), "" if none.
+std::string first_time(int fd) {
+  char buf[4096];
+  ssize_t n = pread(fd, buf, sizeof buf, 0);
+  std::string_view head(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  size_t at = head.find("\"time\":\"");
+  if (at == std::string_view::npos || at > head.find('\n')) return "";
+  head.remove_prefix(at + 8);
+  return std::string(head.substr(0, head.find('"')));
+}
+
+// Emits the complete lines of every rotated file whose inode is not in *done, oldest first, and
 // adds it there. Each file is opened before its inode is taken, so a rename in between cannot
-// make one file count for another.
+// make one file count for another. Names shift at every rotation, also while this looks: the
+// files are gathered until a look finds no new one, then ordered by their first record's time,
+// not by the names they had when seen.
 void read_rotated(const std::string& state, const std::string& current, std::set<ino_t>* done,
                   const std::function<void(const std::string&)>& emit) {
-  for (const std::string& f : audit::log_files(state)) {
-    if (f == current) continue;
-    struct stat rst;
-    int rfd = audit::open_regular(f, O_RDONLY, 0, &rst);
-    if (rfd < 0) continue;
-    if (!done->count(rst.st_ino)) {
-      std::string text;
-      char buf[65536];
-      for (ssize_t m; (m = read(rfd, buf, sizeof buf)) > 0;) {
-        text.append(buf, static_cast<size_t>(m));
-        drain_lines(&text, emit);  // a rotated file is complete: a cut last line stays unprinted
+  struct Unread {
+    std::string first;
+    int fd;
+  };
+  std::vector<Unread> found;
+  std::set<ino_t> seen;
+  for (bool more = true; more;) {
+    more = false;
+    for (const std::string& f : audit::log_files(state)) {
+      if (f == current) continue;
+      struct stat rst;
+      int rfd = audit::open_regular(f, O_RDONLY, 0, &rst);
+      if (rfd < 0) continue;
+      if (done->count(rst.st_ino) || !seen.insert(rst.st_ino).second) {
+        close(rfd);
+        continue;
       }
+      found.push_back({first_time(rfd), rfd});
       done->insert(rst.st_ino);
+      more = true;
     }
-    close(rfd);
+  }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const Unread& x, const Unread& y) { return x.first < y.first; });
+  for (const Unread& u : found) {
+    std::string text;
+    char buf[65536];
+    for (ssize_t m; (m = read(u.fd, buf, sizeof buf)) > 0;) {
+      text.append(buf, static_cast<size_t>(m));
+      drain_lines(&text, emit);  // a rotated file is complete: a cut last line stays unprinted
+    }
+    close(u.fd);
   }
 }
 
