@@ -79,6 +79,9 @@ Cluster::Cluster(Options opts, fence::Fence& fence, int backing_fd)
 Cluster::~Cluster() {
   stop_ = true;
   stop_cv_.notify_all();
+  // The watch is a long poll: without this the exit waits for it to run out.
+  watch_->interrupt();
+  ka_->interrupt();
   if (keepalive_.joinable()) keepalive_.join();
   if (watcher_.joinable()) watcher_.join();
 }
@@ -391,6 +394,9 @@ void Cluster::leave() {
   admit_until_ns_ = 0;
   stop_ = true;
   stop_cv_.notify_all();
+  // The watch is a long poll: without this the exit waits for it to run out.
+  watch_->interrupt();
+  ka_->interrupt();
   if (keepalive_.joinable()) keepalive_.join();
   if (watcher_.joinable()) watcher_.join();
   // Acknowledgements first, in transactions below etcd's 128-operation limit; membership last.

@@ -76,7 +76,55 @@ std::vector<std::string> parse_endpoints(const std::string& list, bool tls) {
 
 struct Client::Impl {
   std::mutex mu;
-  size_t preferred = 0;  // the endpoint that answered last
+  size_t preferred = 0;      // the endpoint that answered last
+  CURLM* active = nullptr;   // the transfer in progress, for interrupt() to wake (under mu)
+  bool interrupted = false;  // under mu
+
+  void interrupt() {
+    std::lock_guard lk(mu);
+    interrupted = true;
+    if (active) curl_multi_wakeup(active);
+  }
+
+  // curl_easy_perform, but through a multi handle that interrupt() wakes at once; *cancel is
+  // looked at least every 200 ms (easy_perform looks at it once a second at best).
+  CURLcode perform(CURL* c, const std::atomic<bool>* cancel, bool* stopped) {
+    CURLM* m = curl_multi_init();
+    if (!m) return CURLE_OUT_OF_MEMORY;
+    curl_multi_add_handle(m, c);
+    {
+      std::lock_guard lk(mu);
+      active = m;
+    }
+    CURLcode rc = CURLE_ABORTED_BY_CALLBACK;
+    for (;;) {
+      {
+        std::lock_guard lk(mu);
+        if (interrupted) break;
+      }
+      if (cancel && cancel->load()) break;
+      int running = 0;
+      if (curl_multi_perform(m, &running) != CURLM_OK) {
+        rc = CURLE_FAILED_INIT;
+        break;
+      }
+      if (running == 0) {
+        int left = 0;
+        while (CURLMsg* msg = curl_multi_info_read(m, &left))
+          if (msg->msg == CURLMSG_DONE) rc = msg->data.result;
+        break;
+      }
+      curl_multi_poll(m, nullptr, 0, 200, nullptr);
+    }
+    {
+      std::lock_guard lk(mu);
+      active = nullptr;
+      *stopped = interrupted;
+    }
+    curl_multi_remove_handle(m, c);
+    curl_multi_cleanup(m);
+    return rc;
+  }
 
   // POSTs body to path on the endpoints in turn until one answers or `limit` passes.
   // With on_message the response is a stream; `timeout_is_wait` says a deadline reached while
@@ -128,22 +176,15 @@ struct Client::Impl {
         curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(attempt.count()));
         curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-        if (cancel) {
-          curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-          curl_easy_setopt(c, CURLOPT_XFERINFODATA, cancel);
-          curl_easy_setopt(
-              c, CURLOPT_XFERINFOFUNCTION,
-              +[](void* p, curl_off_t, curl_off_t, curl_off_t, curl_off_t) -> int {
-                return static_cast<const std::atomic<bool>*>(p)->load() ? 1 : 0;
-              });
-        }
         if (!o.cacert.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.cacert.c_str());
         if (!o.cert.empty()) curl_easy_setopt(c, CURLOPT_SSLCERT, o.cert.c_str());
         if (!o.key.empty()) curl_easy_setopt(c, CURLOPT_SSLKEY, o.key.c_str());
-        CURLcode rc = curl_easy_perform(c);
-        if (cancel && cancel->load()) {
+        bool stopped = false;
+        CURLcode rc = perform(c, cancel, &stopped);
+        if (stopped || (cancel && cancel->load())) {
           curl_slist_free_all(hdr);
           curl_easy_cleanup(c);
+          if (stopped) return {Status::kCanceled, "canceled: the client is shutting down"};
           return {Status::kNotFound, "canceled: the lease was lost"};
         }
         long http = 0;
@@ -204,6 +245,8 @@ struct Client::Impl {
 
 Client::Client(Options opts) : opts_(std::move(opts)), impl_(std::make_unique<Impl>()) {}
 Client::~Client() = default;
+
+void Client::interrupt() { impl_->interrupt(); }
 
 Status Client::lease_grant(int64_t ttl_s, int64_t* id, int64_t* granted_ttl) {
   json r;

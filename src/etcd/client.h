@@ -32,6 +32,7 @@ struct Status {
     kTimeout,      // an endpoint answered but the call did not complete in time (lock wait)
     kNotFound,     // the lease does not exist (expired or revoked)
     kError,        // etcd refused the call (message says why)
+    kCanceled,     // ended by Client::interrupt()
   };
   Code code = kOk;
   std::string message;
@@ -118,6 +119,10 @@ class Client {
   // fn until fn returns false or `limit` passes (then Ok with no more events).
   Status watch(const std::string& key, bool prefix, int64_t start_revision, Millis limit,
                const std::function<bool(const WatchEvent&)>& fn);
+
+  // Ends the call in progress at once, from any thread, and every later call of this client,
+  // with kCanceled: a daemon leaving must not wait for a watch's long poll to run out.
+  void interrupt();
 
   // The member id of the leader as seen by the first endpoint that answers, and that endpoint.
   Status status(std::string* endpoint, uint64_t* member_id, uint64_t* leader);

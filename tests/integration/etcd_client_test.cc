@@ -117,6 +117,30 @@ TEST(EtcdClient, WatchSeesPutAndDelete) {
   EXPECT_EQ(seen[1].type, etcd::WatchEvent::Type::kDelete);
 }
 
+// A daemon leaving ends its watch with interrupt(): the long poll does not run its time out, and
+// the client makes no call after it (it is going away).
+TEST(EtcdClient, InterruptEndsAWatchAtOnceAndEveryLaterCall) {
+  Etcd e;
+  etcd::Client c(opts(e.endpoints()));
+  std::atomic<bool> started{false};
+  etcd::Status s;
+  std::thread watcher([&] {
+    started = true;
+    s = c.watch("w/", true, 0, Millis(60000), [](const etcd::WatchEvent&) { return true; });
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the stream is open
+  auto t0 = std::chrono::steady_clock::now();
+  c.interrupt();
+  watcher.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30))
+      << "the watch ran (most of) its 60 s";
+  EXPECT_EQ(s.code, etcd::Status::kCanceled) << s.message;
+  EXPECT_EQ(c.put("w/k", "1").code, etcd::Status::kCanceled);
+  etcd::Client other(opts(e.endpoints()));  // other clients are not affected
+  EXPECT_TRUE(other.put("w/k", "1").ok());
+}
+
 TEST(EtcdClient, UnreachableIsReportedAsSuch) {
   etcd::Options o = opts("127.0.0.1:" + std::to_string(free_port()));
   o.request_timeout = Millis(800);
