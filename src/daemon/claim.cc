@@ -7,13 +7,16 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <ctime>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "common/proc.h"
 #include "daemon/lock_file.h"
+#include "daemon/mounts.h"
 #include "journal/state_files.h"
 
 namespace fencefs::daemon {
@@ -195,6 +198,42 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   return o;
 }
 
+// The daemon holding a state lock has unmounted and is on its way out: a cluster member leaves
+// its cluster first. Its record in the lock file names it; it is still that process (same
+// boot, same start time) and its mountpoint is no longer in its own mount table.
+bool unmounted_and_exiting(int fd) {
+  auto o = Owner::decode(slurp_fd(fd));
+  if (!o || o->pid <= 0 || o->mountpoint.empty() || o->host != hostname() ||
+      o->boot_id != first_line("/proc/sys/kernel/random/boot_id"))
+    return false;
+  auto st = proc::read_stat(o->pid);
+  if (!st || st->start_time != o->start_time) return false;
+  std::string ignored;
+  auto mounted = is_mountpoint(o->mountpoint, &ignored, fmt::format("/proc/{}/mountinfo", o->pid));
+  return mounted.has_value() && !*mounted;
+}
+
+// A state lock held by a daemon that unmounted: `umount; mount` of the same state waits for it to
+// exit (bounded: its leave is bounded by etcd's request timeouts) rather than being refused.
+Lock wait_for_exiting_holder(int dirfd, const std::string& path, int* fd, bool* created,
+                             std::string* error) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Lock l = Lock::Busy;
+  bool said = false;
+  while (l == Lock::Busy && unmounted_and_exiting(*fd) &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (!said)
+      log::info("state directory {}: waiting for its daemon, unmounted, to exit ({})", path,
+                who(*fd));
+    said = true;
+    close(*fd);
+    *fd = -1;
+    usleep(20'000);
+    l = lock_file(dirfd, "lock", path, fd, created, error);
+  }
+  return l;
+}
+
 // long: the state lock, the backing lock and the owner record, taken in this order and undone
 // together when a later one fails.
 std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
@@ -219,14 +258,17 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   if (c->state_dir_fd_ < 0) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
-  switch (lock_file(c->state_dir_fd_, "lock", state_lock, &fd, &created, error)) {
+  Lock state = lock_file(c->state_dir_fd_, "lock", state_lock, &fd, &created, error);
+  if (state == Lock::Busy)
+    state = wait_for_exiting_holder(c->state_dir_fd_, state_lock, &fd, &created, error);
+  switch (state) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
       *error = fmt::format(
           "state directory {} is in use by another fencefs daemon ({}); a state serves one "
-          "mount at a time (just unmounted? the daemon may still be exiting: a cluster member "
-          "leaves its cluster first; wait for that pid to exit)",
+          "mount at a time: unmount that mount first (a daemon that has unmounted is waited "
+          "for, up to 10 s)",
           req.state, who(fd));
       close(fd);
       return nullptr;

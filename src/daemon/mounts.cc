@@ -11,10 +11,11 @@
 
 namespace fencefs::daemon {
 
-std::optional<bool> is_mountpoint(const std::string& dir, std::string* error) {
-  libmnt_table* tb = mnt_new_table_from_file("/proc/self/mountinfo");
+std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
+                                  const std::string& table) {
+  libmnt_table* tb = mnt_new_table_from_file(table.c_str());
   if (!tb) {
-    *error = "cannot read the mount table (/proc/self/mountinfo)";
+    *error = fmt::format("cannot read the mount table ({})", table);
     return std::nullopt;
   }
   libmnt_iter* it = mnt_new_iter(MNT_ITER_FORWARD);

@@ -175,6 +175,43 @@ TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
   EXPECT_FALSE(exists(backing2 + "/.fencefs")) << "a refused mount left a marker in BACKING";
 }
 
+// `umount; mount` again at once: the daemon that unmounted may not have exited yet (a cluster
+// member leaves its cluster first). Frozen here after its unmount, it holds the state; the new
+// daemon waits for it to exit, where it used to be refused, and mounts once it has.
+TEST(OneDaemon, ARemountWaitsForTheDaemonThatHasUnmounted) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  pid_t old = m.daemon_pid();
+  ASSERT_TRUE(freeze(old));
+  ASSERT_EQ(sh("fusermount3 -u '" + m.mnt() + "'"), 0);
+  std::thread thaw([old] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    kill(old, SIGCONT);
+  });
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  thaw.join();
+  EXPECT_EQ(r.status, kMounted) << r.out;
+  EXPECT_NE(r.out.find("waiting for its daemon, unmounted, to exit (pid " + std::to_string(old)),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(m.unmount(), 0);
+}
+
+// The wait is for a daemon that has unmounted only: one still mounted is refused at once, even
+// when it does not answer.
+TEST(OneDaemon, ARemountIsRefusedAtOnceWhileTheOtherDaemonIsMounted) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  ASSERT_TRUE(freeze(m.daemon_pid()));
+  std::string mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({"-o", "state=" + m.backing() + "/.fencefs", m.backing(), mnt2}, mnt2,
+                         m.root() + "/2.log");
+  kill(m.daemon_pid(), SIGCONT);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("is in use by another fencefs daemon"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("waiting for"), std::string::npos) << r.out;  // it says so when it waits
+}
+
 // Whoever may write BACKING's root natively could put a link at BACKING/.fencefs: the daemon,
 // as root, would create its marker and (by default) its state wherever the link points, and
 // truncate files named like them there. Refused, and nothing is written through the link.
