@@ -22,6 +22,9 @@
 namespace fencefs::daemon {
 namespace {
 
+// How long a new daemon waits for one that holds its state but is no longer mounted.
+constexpr std::chrono::seconds kHolderWait{10};
+
 std::string slurp_fd(int fd) {
   std::string out;
   char buf[4096];
@@ -198,11 +201,14 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   return o;
 }
 
-// The daemon holding a state lock has unmounted and is on its way out: a cluster member leaves
-// its cluster first. Its record in the lock file names it; it is still that process (same
-// boot, same start time) and its mountpoint is no longer in its own mount table.
-bool unmounted_and_exiting(int fd) {
-  auto o = Owner::decode(slurp_fd(fd));
+// Whether the daemon holding a state lock is not mounted: one that has unmounted and is on its
+// way out (a cluster member leaves its cluster first), or one still starting. Its record in the
+// lock file names it: still that process (same boot, same start time), and its mountpoint is not
+// in its own mount table. An empty record: a daemon between taking the lock and writing it.
+bool holder_not_mounted(int fd) {
+  std::string text = slurp_fd(fd);
+  if (text.empty()) return true;
+  auto o = Owner::decode(text);
   if (!o || o->pid <= 0 || o->mountpoint.empty() || o->host != hostname() ||
       o->boot_id != first_line("/proc/sys/kernel/random/boot_id"))
     return false;
@@ -213,19 +219,22 @@ bool unmounted_and_exiting(int fd) {
   return mounted.has_value() && !*mounted;
 }
 
-// A state lock held by a daemon that unmounted: `umount; mount` of the same state waits for it to
-// exit (bounded: its leave is bounded by etcd's request timeouts) rather than being refused.
-Lock wait_for_exiting_holder(int dirfd, const std::string& path, int* fd, bool* created,
-                             std::string* error) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+// `umount; mount` of the same state: the daemon that unmounted holds the state until it exits.
+// Waited for (bounded: a member's leave is bounded by etcd's request timeouts) rather than
+// refused. Never waits for a daemon that is mounted; never takes a lock that is held.
+Lock wait_for_unmounted_holder(int dirfd, const std::string& path, int* fd, bool* created,
+                               bool* waited, std::string* error) {
+  auto deadline = std::chrono::steady_clock::now() + kHolderWait;
   Lock l = Lock::Busy;
-  bool said = false;
-  while (l == Lock::Busy && unmounted_and_exiting(*fd) &&
+  *waited = false;
+  while (l == Lock::Busy && holder_not_mounted(*fd) &&
          std::chrono::steady_clock::now() < deadline) {
-    if (!said)
-      log::info("state directory {}: waiting for its daemon, unmounted, to exit ({})", path,
-                who(*fd));
-    said = true;
+    if (!*waited)
+      log::info(
+          "state directory {}: held by a daemon that is not mounted ({}); waiting for it to "
+          "exit, at most {} s",
+          path, who(*fd), kHolderWait.count());
+    *waited = true;
     close(*fd);
     *fd = -1;
     usleep(20'000);
@@ -259,17 +268,22 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
   Lock state = lock_file(c->state_dir_fd_, "lock", state_lock, &fd, &created, error);
+  bool waited = false;
   if (state == Lock::Busy)
-    state = wait_for_exiting_holder(c->state_dir_fd_, state_lock, &fd, &created, error);
+    state = wait_for_unmounted_holder(c->state_dir_fd_, state_lock, &fd, &created, &waited, error);
   switch (state) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
       *error = fmt::format(
           "state directory {} is in use by another fencefs daemon ({}); a state serves one "
-          "mount at a time: unmount that mount first (a daemon that has unmounted is waited "
-          "for, up to 10 s)",
-          req.state, who(fd));
+          "mount at a time: {}",
+          req.state, who(fd),
+          waited ? fmt::format("that daemon did not exit within {} s of leaving its mount "
+                               "(a member leaving a cluster whose etcd is slow? a lazy unmount "
+                               "with files still open?)",
+                               kHolderWait.count())
+                 : "unmount that mount first");
       close(fd);
       return nullptr;
     case Lock::Taken:
@@ -428,16 +442,19 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
   return false;
 }
 
+// The state lock goes last: a daemon waiting for this one (wait_for_unmounted_holder) starts
+// on the state once nothing of this one writes to it or to the backing any more.
 Claim::~Claim() {
+  if (released_ && owner_fd_ >= 0) write_all(owner_fd_, "");  // the backing is free
+  if (owner_fd_ >= 0) close(owner_fd_);
+  if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (root_lock_fd_ >= 0) {
     unlink_backing_identity(root_lock_fd_, root_lock_name_);
     close(root_lock_fd_);
   }
-  if (state_dir_fd_ >= 0) close(state_dir_fd_);
   if (marker_dir_fd_ >= 0) close(marker_dir_fd_);
-  if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
+  if (state_dir_fd_ >= 0) close(state_dir_fd_);
   if (state_fd_ >= 0) close(state_fd_);
-  if (owner_fd_ >= 0) close(owner_fd_);
 }
 
 bool Claim::publish(std::string* error) {
@@ -456,14 +473,7 @@ bool Claim::publish(std::string* error) {
   return true;
 }
 
-void Claim::release() {
-  for (int* fd : {&owner_fd_, &state_fd_}) {
-    if (*fd < 0) continue;
-    write_all(*fd, "");
-    close(*fd);
-    *fd = -1;
-  }
-}
+void Claim::release() { released_ = true; }
 
 void Claim::abandon() {
   std::string dir = req_.backing + "/.fencefs";

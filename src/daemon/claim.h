@@ -60,7 +60,8 @@ class Claim {
 
   // Writes the marker naming this process (call again after a fork changed the pid).
   bool publish(std::string* error);
-  // A clean unmount: the marker is emptied (the backing is free), the locks drop.
+  // A clean unmount: at destruction the marker is emptied (the backing is free) and the locks
+  // drop, the state lock last. Destroy the claim after everything that writes to the state.
   void release();
   // The mount failed: removes the files and directory the claim created.
   void abandon();
@@ -82,6 +83,7 @@ class Claim {
   int root_lock_fd_ = -1;       // /run/fencefs/backing-DEV-INO.lock (-1 where it cannot be made)
   std::string root_lock_name_;  // its name in /run/fencefs
   bool created_state_lock_ = false;
+  bool released_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;
   std::optional<Owner> previous_;

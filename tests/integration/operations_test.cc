@@ -2,6 +2,7 @@
 // effect, signals, logging, readiness, and fencectl on a mount whose daemon died.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -191,9 +192,29 @@ TEST(OneDaemon, ARemountWaitsForTheDaemonThatHasUnmounted) {
   Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
   thaw.join();
   EXPECT_EQ(r.status, kMounted) << r.out;
-  EXPECT_NE(r.out.find("waiting for its daemon, unmounted, to exit (pid " + std::to_string(old)),
+  EXPECT_NE(r.out.find("held by a daemon that is not mounted (pid " + std::to_string(old) + " "),
             std::string::npos)
       << r.out;
+  EXPECT_EQ(m.unmount(), 0);
+}
+
+// A lazy unmount with a file still open: the daemon is out of every mount table but still serves
+// that file. The new daemon waits, never takes the state, and is refused once the wait ends; the
+// old one still writes for its open file.
+TEST(OneDaemon, ALazilyUnmountedDaemonStillServingKeepsItsState) {
+  Mount m;
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(m.ctl("bind / 1"), 0);
+  int fd = ::open(m.path("open").c_str(), O_WRONLY | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(sh("fusermount3 -u -z '" + m.mnt() + "'"), 0);
+  Daemon r = run_fencefs({m.backing(), m.mnt()}, m.mnt(), m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("did not exit within 10 s of leaving its mount"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(::write(fd, "still", 5), 5) << strerror(errno);
+  ::close(fd);
+  EXPECT_EQ(slurp(m.bpath("open")), "still");
   EXPECT_EQ(m.unmount(), 0);
 }
 
@@ -413,6 +434,42 @@ TEST(OneDaemon, AStateDirectoryOthersMayWriteIsRefused) {
   ASSERT_EQ(::chmod(state.c_str(), 0700), 0);
   Daemon r3 = run_fencefs({backing, mnt}, mnt, t.path + "/3.log");
   EXPECT_EQ(r3.status, kMounted) << r3.out;
+}
+
+// A state directory others may search (0755, root's): anyone who could open its lock file could
+// hold a read lock on it and keep every daemon off that state. The lock is root's alone (0600),
+// and one left readable by an earlier version is made so when it is next taken.
+TEST(OneDaemon, NobodyElseCanOpenTheStateLock) {
+  TempDir t;
+  std::string backing = t.path + "/backing", mnt = t.path + "/mnt", state = t.path + "/state";
+  for (auto& d : {backing, mnt, state}) ::mkdir(d.c_str(), 0755);
+  ::chmod(t.path.c_str(), 0755);
+  auto nobody_opens = [&](const std::string& path) {
+    return in_child([&] {
+      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
+          setresuid(65534, 65534, 65534) != 0)
+        return 100;
+      int fd = ::open(path.c_str(), O_RDONLY);
+      if (fd < 0) return errno == EACCES ? 0 : 101;
+      struct flock fl {};
+      fl.l_type = F_RDLCK;
+      fl.l_whence = SEEK_SET;
+      return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? 1 : 102;  // 1: it could keep the daemon off
+    });
+  };
+  Daemon r = run_fencefs({"-o", "state=" + state, backing, mnt}, mnt, t.path + "/1.log");
+  ASSERT_EQ(r.status, kMounted) << r.out;
+  struct stat st {};
+  ASSERT_EQ(::stat((state + "/lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(nobody_opens(state + "/lock"), 0);
+
+  ASSERT_EQ(::chmod((state + "/lock").c_str(), 0644), 0);  // as an earlier version made it
+  Daemon r2 = run_fencefs({"-o", "state=" + state, backing, mnt}, mnt, t.path + "/2.log");
+  ASSERT_EQ(r2.status, kMounted) << r2.out;
+  ASSERT_EQ(::stat((state + "/lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(nobody_opens(state + "/lock"), 0);
 }
 
 TEST(OneDaemon, AfterACleanUnmountANewDaemonMounts) {
