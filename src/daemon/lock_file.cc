@@ -25,7 +25,9 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
                bool* created, std::string* error, short type) {
   for (int attempt = 0; attempt < 8; ++attempt) {
     *created = false;
-    int fd = openat(dirfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    // Only its owner may open it: anyone who could read it could hold a read lock on it and keep
+    // every daemon off.
+    int fd = openat(dirfd, name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd >= 0) {
       *created = true;
     } else if (errno == EEXIST) {
@@ -52,6 +54,7 @@ Lock lock_file(int dirfd, const std::string& name, const std::string& path, int*
           path);
       return Lock::Error;
     }
+    if ((st.st_mode & 077) && st.st_uid == geteuid()) fchmod(fd, 0600);  // made 0644 before
     struct flock fl {};
     fl.l_type = type;
     fl.l_whence = SEEK_SET;
