@@ -84,7 +84,7 @@ void Cluster::keepalive_loop() {
     if (fenced_ || lease_.load() == 0) {
       // Fenced by another member, or the lease lapsed: register anew, then read every epoch.
       if (register_member(*ka_, &why) != 0) {
-        log::warn("{}", why);
+        if (!stop_) log::warn("{}", why);  // leaving interrupts it
         continue;
       }
       registered = true;
@@ -113,7 +113,7 @@ void Cluster::keepalive_loop() {
     // this member meanwhile: advances must wait for it again) and every epoch was re-read, in
     // that order, as at join.
     if (!registered && register_member(*ka_, &why) != 0) {
-      log::warn("{}", why);
+      if (!stop_) log::warn("{}", why);
       continue;
     }
     int64_t rev = 0;
@@ -142,7 +142,7 @@ void Cluster::watch_loop() {
       if (resync(*watch_, &rev, &why) == 0) {
         from = rev + 1;  // everything up to rev is applied
       } else {
-        log::warn("{}", why);
+        if (!stop_) log::warn("{}", why);
         resync_due_ = true;
       }
     }

@@ -3,9 +3,10 @@
 #include <curl/curl.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <set>
 
 #include "etcd/gateway_json.h"
 
@@ -76,14 +77,22 @@ std::vector<std::string> parse_endpoints(const std::string& list, bool tls) {
 
 struct Client::Impl {
   std::mutex mu;
-  size_t preferred = 0;      // the endpoint that answered last
-  CURLM* active = nullptr;   // the transfer in progress, for interrupt() to wake (under mu)
-  bool interrupted = false;  // under mu
+  size_t preferred = 0;          // the endpoint that answered last
+  std::condition_variable wake;  // the pause between rounds of endpoints, ended by interrupt()
+  std::set<CURLM*> active;       // transfers in progress, for interrupt() to wake (under mu)
+  bool interrupted = false;      // under mu
 
   void interrupt() {
     std::lock_guard lk(mu);
     interrupted = true;
-    if (active) curl_multi_wakeup(active);
+    for (CURLM* m : active) curl_multi_wakeup(m);
+    wake.notify_all();
+  }
+
+  // False when interrupted.
+  bool pause(Millis d) {
+    std::unique_lock lk(mu);
+    return !wake.wait_for(lk, d, [this] { return interrupted; });
   }
 
   // curl_easy_perform, but through a multi handle that interrupt() wakes at once; *cancel is
@@ -91,10 +100,13 @@ struct Client::Impl {
   CURLcode perform(CURL* c, const std::atomic<bool>* cancel, bool* stopped) {
     CURLM* m = curl_multi_init();
     if (!m) return CURLE_OUT_OF_MEMORY;
-    curl_multi_add_handle(m, c);
+    if (curl_multi_add_handle(m, c) != CURLM_OK) {
+      curl_multi_cleanup(m);
+      return CURLE_FAILED_INIT;
+    }
     {
       std::lock_guard lk(mu);
-      active = m;
+      active.insert(m);
     }
     CURLcode rc = CURLE_ABORTED_BY_CALLBACK;
     for (;;) {
@@ -114,11 +126,14 @@ struct Client::Impl {
           if (msg->msg == CURLMSG_DONE) rc = msg->data.result;
         break;
       }
-      curl_multi_poll(m, nullptr, 0, 200, nullptr);
+      if (curl_multi_poll(m, nullptr, 0, 200, nullptr) != CURLM_OK) {
+        rc = CURLE_RECV_ERROR;  // never spin on a poll that keeps failing
+        break;
+      }
     }
     {
       std::lock_guard lk(mu);
-      active = nullptr;
+      active.erase(m);
       *stopped = interrupted;
     }
     curl_multi_remove_handle(m, c);
@@ -237,7 +252,8 @@ struct Client::Impl {
         return Status::Ok();
       }
       if (Clock::now() >= deadline) break;
-      std::this_thread::sleep_for(std::min<Millis>(Millis(100 * (round + 1)), Millis(500)));
+      if (!pause(std::min<Millis>(Millis(100 * (round + 1)), Millis(500))))
+        return {Status::kCanceled, "canceled: the client is shutting down"};
     }
     return {Status::kUnreachable, "etcd unreachable: " + last_error};
   }
