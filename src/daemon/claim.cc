@@ -22,8 +22,7 @@
 namespace fencefs::daemon {
 namespace {
 
-// How long a new daemon waits for one that holds its state but is no longer mounted.
-constexpr std::chrono::seconds kHolderWait{10};
+constexpr std::chrono::seconds kHolderWait{10};  // for a state lock's holder no longer mounted
 
 std::string slurp_fd(int fd) {
   std::string out;
@@ -201,38 +200,49 @@ Owner self_owner(const std::string& mountpoint, const std::string& state) {
   return o;
 }
 
-// Whether the daemon holding a state lock is not mounted: one that has unmounted and is on its
-// way out (a cluster member leaves its cluster first), or one still starting. Its record in the
-// lock file names it: still that process (same boot, same start time), and its mountpoint is not
-// in its own mount table. An empty record: a daemon between taking the lock and writing it.
+// Host names repeat (cloned machines, containers): a machine id, where both records have one,
+// tells another machine of that name from this one's earlier boot.
+bool same_host(const Owner& a, const Owner& b) {
+  return a.host == b.host &&
+         (a.machine_id.empty() || b.machine_id.empty() || a.machine_id == b.machine_id);
+}
+
+// A record of this host and boot names a running process: same pid and start time. A zombie has
+// exited (its locks and mount are gone; only its parent has not reaped it).
+bool still_running(const Owner& o) {
+  auto st = o.pid > 0 ? proc::read_stat(o.pid) : std::nullopt;
+  return st && st->start_time == o.start_time && st->state != 'Z' && st->state != 'X';
+}
+
+// The state lock's holder, named by its record, is still running here but not in its own mount
+// table: unmounted and exiting (a member leaves its cluster first), or still starting. An empty
+// record: a daemon between taking the lock and writing it.
 bool holder_not_mounted(int fd) {
   std::string text = slurp_fd(fd);
   if (text.empty()) return true;
   auto o = Owner::decode(text);
-  if (!o || o->pid <= 0 || o->mountpoint.empty() || o->host != hostname() ||
-      o->boot_id != first_line("/proc/sys/kernel/random/boot_id"))
+  Owner me = self_owner("", "");
+  if (!o || o->mountpoint.empty() || !same_host(*o, me) || o->boot_id != me.boot_id ||
+      !still_running(*o))
     return false;
-  auto st = proc::read_stat(o->pid);
-  if (!st || st->start_time != o->start_time) return false;
   std::string ignored;
   auto mounted = is_mountpoint(o->mountpoint, &ignored, fmt::format("/proc/{}/mountinfo", o->pid));
   return mounted.has_value() && !*mounted;
 }
 
-// `umount; mount` of the same state: the daemon that unmounted holds the state until it exits.
-// Waited for (bounded: a member's leave is bounded by etcd's request timeouts) rather than
-// refused. Never waits for a daemon that is mounted; never takes a lock that is held.
-Lock wait_for_unmounted_holder(int dirfd, const std::string& path, int* fd, bool* created,
-                               bool* waited, std::string* error) {
+// The state lock. `umount; mount` of a state: the daemon that unmounted holds it until it
+// exits. Waited for, not refused; never a daemon that is mounted, never past a lock held.
+Lock lock_state(int dirfd, const std::string& path, int* fd, bool* created, bool* waited,
+                std::string* error) {
   auto deadline = std::chrono::steady_clock::now() + kHolderWait;
-  Lock l = Lock::Busy;
+  Lock l = lock_file(dirfd, "lock", path, fd, created, error);
   *waited = false;
   while (l == Lock::Busy && holder_not_mounted(*fd) &&
          std::chrono::steady_clock::now() < deadline) {
     if (!*waited)
       log::info(
-          "state directory {}: held by a daemon that is not mounted ({}); waiting for it to "
-          "exit, at most {} s",
+          "state directory {}: held by a daemon that is not mounted ({}); waiting for it "
+          "to exit, at most {} s",
           path, who(*fd), kHolderWait.count());
     *waited = true;
     close(*fd);
@@ -267,11 +277,8 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
   if (c->state_dir_fd_ < 0) return nullptr;
   // The state directory: one daemon appends to a journal.
   std::string state_lock = req.state + "/lock";
-  Lock state = lock_file(c->state_dir_fd_, "lock", state_lock, &fd, &created, error);
   bool waited = false;
-  if (state == Lock::Busy)
-    state = wait_for_unmounted_holder(c->state_dir_fd_, state_lock, &fd, &created, &waited, error);
-  switch (state) {
+  switch (lock_state(c->state_dir_fd_, state_lock, &fd, &created, &waited, error)) {
     case Lock::Error:
       return nullptr;
     case Lock::Busy:
@@ -414,15 +421,9 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
   }
   previous_ = prev;
   Owner me = self_owner(req.mountpoint, req.state);
-  // Host names repeat (cloned machines, containers): a machine id, where both markers have one,
-  // tells another machine of that name from this one's earlier boot.
-  bool same_host = prev->host == me.host && (prev->machine_id.empty() || me.machine_id.empty() ||
-                                             prev->machine_id == me.machine_id);
-  if (same_host && prev->boot_id == me.boot_id) {
-    auto st = proc::read_stat(prev->pid);
-    // A zombie has exited: its locks and its mount are gone, only its parent has not reaped it.
-    if (st && st->start_time == prev->start_time && prev->pid != me.pid && st->state != 'Z' &&
-        st->state != 'X') {
+  const bool here = same_host(*prev, me);
+  if (here && prev->boot_id == me.boot_id) {
+    if (prev->pid != me.pid && still_running(*prev)) {
       *error = fmt::format(
           "backing {} is already served by a fencefs daemon ({}), which is still running; a "
           "backing is served by one daemon: unmount that mount first",
@@ -431,7 +432,7 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
     }
     return true;  // that daemon is gone (killed or crashed): its marker is stale
   }
-  if (same_host || req.takeover) return true;  // an earlier boot, or taken over
+  if (here || req.takeover) return true;  // an earlier boot, or taken over
   *error = fmt::format(
       "backing {} is marked as served by another host's fencefs ({}{}). Two daemons on one "
       "backing do not fence each other. If that mount is gone (host down, daemon killed), "
@@ -442,8 +443,7 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
   return false;
 }
 
-// The state lock goes last: a daemon waiting for this one (wait_for_unmounted_holder) starts
-// on the state once nothing of this one writes to it or to the backing any more.
+// The state lock last: a daemon waiting for it starts once nothing of this one writes any more.
 Claim::~Claim() {
   if (released_ && owner_fd_ >= 0) write_all(owner_fd_, "");  // the backing is free
   if (owner_fd_ >= 0) close(owner_fd_);
@@ -473,7 +473,7 @@ bool Claim::publish(std::string* error) {
   return true;
 }
 
-void Claim::release() { released_ = true; }
+void Claim::release_at_exit() { released_ = true; }
 
 void Claim::abandon() {
   std::string dir = req_.backing + "/.fencefs";

@@ -62,7 +62,7 @@ class Claim {
   bool publish(std::string* error);
   // A clean unmount: at destruction the marker is emptied (the backing is free) and the locks
   // drop, the state lock last. Destroy the claim after everything that writes to the state.
-  void release();
+  void release_at_exit();
   // The mount failed: removes the files and directory the claim created.
   void abandon();
   // What the marker said before this claim (a crashed or taken-over owner), if anything.

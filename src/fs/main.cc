@@ -429,7 +429,7 @@ int main(int argc, char* argv[]) {
   if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   daemon::remove_pidfile(pidfile);
-  claim->release();
+  claim->release_at_exit();
   log::info("unmounted {}", mnt);
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
   bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT;
