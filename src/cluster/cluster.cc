@@ -76,10 +76,13 @@ Cluster::Cluster(Options opts, fence::Fence& fence, int backing_fd)
   watch_ = std::make_unique<etcd::Client>(ops);
 }
 
-Cluster::~Cluster() {
+Cluster::~Cluster() { stop_threads(); }
+
+void Cluster::stop_threads() {
   stop_ = true;
   stop_cv_.notify_all();
-  // The watch is a long poll: without this the exit waits for it to run out.
+  // The watch is a long poll: without this the exit waits for it to run out; calls they make
+  // from here on are canceled.
   watch_->interrupt();
   ka_->interrupt();
   if (keepalive_.joinable()) keepalive_.join();
@@ -392,13 +395,7 @@ void Cluster::start() {
 
 void Cluster::leave() {
   admit_until_ns_ = 0;
-  stop_ = true;
-  stop_cv_.notify_all();
-  // The watch is a long poll: without this the exit waits for it to run out.
-  watch_->interrupt();
-  ka_->interrupt();
-  if (keepalive_.joinable()) keepalive_.join();
-  if (watcher_.joinable()) watcher_.join();
+  stop_threads();
   // Acknowledgements first, in transactions below etcd's 128-operation limit; membership last.
   etcd::Status s;
   std::vector<etcd::Op> ops;

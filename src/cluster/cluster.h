@@ -91,6 +91,7 @@ class Cluster final : public fence::EpochAuthority {
   void set_isolated(const std::string& why);
   void keepalive_loop();
   void watch_loop();
+  void stop_threads();
 
   Options o_;
   fence::Fence& fence_;

@@ -48,6 +48,8 @@ size_t on_data(char* p, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+Status canceled() { return {Status::kCanceled, "canceled: the client is shutting down"}; }
+
 bool retryable_message(const std::string& m) {
   return m.find("no leader") != std::string::npos ||
          m.find("leader changed") != std::string::npos ||
@@ -199,7 +201,7 @@ struct Client::Impl {
         if (stopped || (cancel && cancel->load())) {
           curl_slist_free_all(hdr);
           curl_easy_cleanup(c);
-          if (stopped) return {Status::kCanceled, "canceled: the client is shutting down"};
+          if (stopped) return canceled();
           return {Status::kNotFound, "canceled: the lease was lost"};
         }
         long http = 0;
@@ -252,8 +254,7 @@ struct Client::Impl {
         return Status::Ok();
       }
       if (Clock::now() >= deadline) break;
-      if (!pause(std::min<Millis>(Millis(100 * (round + 1)), Millis(500))))
-        return {Status::kCanceled, "canceled: the client is shutting down"};
+      if (!pause(std::min<Millis>(Millis(100 * (round + 1)), Millis(500)))) return canceled();
     }
     return {Status::kUnreachable, "etcd unreachable: " + last_error};
   }
