@@ -166,10 +166,11 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
     h->content =
         "fencefs control file: write one command per write(2):\n"
         "  bind DOMAIN TOKEN | unbind DOMAIN | advance DOMAIN TOKEN [force] | domain add DOMAIN\n";
+  f.opened(h);
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->direct_io = 1;
   fi->nonseekable = 0;
-  if (fuse_reply_open(req, fi) == -ENOENT) delete h;
+  if (fuse_reply_open(req, fi) == -ENOENT) f.close_handle(h);
 }
 
 void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off) {

@@ -2,6 +2,7 @@
 // of libfuse's passthrough_hp), open-file handles, and the virtual .fencefs directory.
 #pragma once
 #define FUSE_USE_VERSION 312
+#include <dirent.h>
 #include <fuse_lowlevel.h>
 #include <sys/stat.h>
 
@@ -21,7 +22,7 @@
 #include "fence/stamp.h"
 #include "fs/fd_budget.h"
 #include "fs/node_table.h"
-#include "fs/open_writers.h"
+#include "fs/open_handles.h"
 #include "fs/pagecache.h"
 #include "fs/readcache.h"
 
@@ -89,8 +90,8 @@ struct Handle {
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   uid_t charged_uid = 0;           // whose FdBudget share holds this handle
   bool charged = false;
-  PageCache* tracker = nullptr;    // set while it may write through a shared mapping
-  OpenWriters* writers = nullptr;  // set while tracked as open for writing
+  PageCache* tracker = nullptr;  // set while it may write through a shared mapping
+  OpenHandles* open = nullptr;   // set while tracked as open
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};
@@ -100,6 +101,15 @@ struct Handle {
   // Where a read(2) finds the reply: the file offset after the command's write, so that
   // `exec 3<>ctl; echo CMD >&3; cat <&3` shows the whole reply (pread at 0 does too).
   off_t content_base = 0;
+};
+
+struct DirHandle {
+  DIR* dp = nullptr;
+  off_t offset = 0;
+  dirent* entry = nullptr;
+  bool ctl = false;
+  bool is_root = false;
+  uid_t charged_uid = 0;  // 0 with dp == nullptr: nothing charged
 };
 
 struct Options {
@@ -152,6 +162,20 @@ class Fs {
   // still open under `old` wrote (their holders, superseded, will not restamp at close).
   void stamp_writers(const Domain& d, Epoch old);
 
+  // Tracks a new handle; from then on close_*() is its one way out (RELEASE, an interrupted
+  // open, or the end of the session).
+  void opened(Handle* h) {
+    h->open = &handles;
+    handles.track(h, h->writable && h->inode->kind == Kind::Real);
+  }
+  void opened(DirHandle* d) { handles.track(d); }
+  // What RELEASE does: restamps what the handle wrote if its token is still the epoch, closes
+  // its fd, gives back its share of the fd budget, frees it.
+  void close_handle(Handle* h);
+  void close_dir(DirHandle* d);
+  // Once the session has ended: closes the handles the kernel never released; how many.
+  size_t close_all();
+
   // After renameat2: the moved entry is (np, newname) (with RENAME_EXCHANGE the other one is
   // (p, name)). moved_to: the domain a file moved into, restamped with `token` there.
   void renamed(Inode& p, const char* name, Inode& np, const char* newname, unsigned flags,
@@ -173,8 +197,8 @@ class Fs {
   PageCache pagecache;
   // Whether a read-only open may keep the kernel's cached pages of its file.
   ReadCache readcache;
-  // Handles open for writing: stamped by an advance of their domain.
-  OpenWriters writers;
+  // Every open handle: writers are stamped by an advance of their domain.
+  OpenHandles handles;
 
   // Virtual inodes (the .fencefs directory).
   Inode ctl_dir, ctl_file, status_file, metrics_file;

@@ -413,7 +413,7 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
 }
 
 void Fs::stamp_writers(const Domain& d, Epoch old) {
-  writers.each([&](Handle& h) {
+  handles.each_writer([&](Handle& h) {
     if (h.domain == &d && h.dirty.load() && !h.stale.load() && h.token.load() == old &&
         &domain_of(*h.inode) == &d)
       stamp(*h.inode, h.fd, old, d);

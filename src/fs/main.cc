@@ -426,6 +426,9 @@ int main(int argc, char* argv[]) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  if (size_t n = filesystem.close_all())
+    log::info("closed {} handle(s) the kernel did not release (files still open at the unmount)",
+              n);
   if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   daemon::remove_pidfile(pidfile);

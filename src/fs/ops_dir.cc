@@ -12,15 +12,6 @@
 namespace fencefs::fs {
 namespace {
 
-struct DirHandle {
-  DIR* dp = nullptr;
-  off_t offset = 0;
-  dirent* entry = nullptr;
-  bool ctl = false;
-  bool is_root = false;
-  uid_t charged_uid = 0;  // 0 with dp == nullptr: nothing charged
-};
-
 DirHandle* dir_of(fuse_file_info* fi) { return reinterpret_cast<DirHandle*>(fi->fh); }
 
 bool dot_or_dotdot(const char* n) { return n[0] == '.' && (!n[1] || (n[1] == '.' && !n[2])); }
@@ -121,15 +112,10 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
     fi->cache_readdir = f.opts().timeout > 0;
     fi->keep_cache = fi->cache_readdir;
   }
-  fi->fh = reinterpret_cast<uint64_t>(d.get());
-  if (fuse_reply_open(req, fi) == -ENOENT) {
-    if (d->dp) {
-      closedir(d->dp);
-      f.budget().give(d->charged_uid);
-    }
-    return;
-  }
-  (void)d.release();  // fi->fh owns it now
+  DirHandle* dh = d.release();
+  f.opened(dh);
+  fi->fh = reinterpret_cast<uint64_t>(dh);
+  if (fuse_reply_open(req, fi) == -ENOENT) f.close_dir(dh);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
@@ -141,12 +127,7 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse
 }
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  DirHandle* d = dir_of(fi);
-  if (d->dp) {
-    closedir(d->dp);
-    fs(req).budget().give(d->charged_uid);
-  }
-  delete d;
+  fs(req).close_dir(dir_of(fi));
   fuse_reply_err(req, 0);
 }
 

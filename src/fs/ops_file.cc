@@ -105,17 +105,8 @@ static Handle* new_handle(fuse_req_t req, int fd, Inode& i, Domain* d, Epoch tok
   h->domain = d;
   h->token = token;
   h->writable = writable;
-  if (writable) {
-    fs(req).writers.track(h);
-    h->writers = &fs(req).writers;
-  }
+  fs(req).opened(h);
   return h;
-}
-
-// Before its fd is closed: an advance stamps through the fds of tracked handles.
-static void untrack_writer(Handle& h) {
-  if (h.writers) h.writers->untrack(&h);
-  h.writers = nullptr;
 }
 
 static void set_open_flags(Fs& f, fuse_file_info* fi, bool writable) {
@@ -182,14 +173,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, writable);
-  if (fuse_reply_open(req, fi) == -ENOENT) {  // interrupted: the kernel will not release it
-    if (writable) f.readcache.writer_closed(i);
-    untrack_writer(*h);
-    ::close(fd);
-    i.open_handles--;
-    f.budget().give(h->charged_uid);
-    delete h;
-  }
+  // Interrupted: the kernel will not release it.
+  if (fuse_reply_open(req, fi) == -ENOENT) f.close_handle(h);
 }
 
 // The open of CREATE. The kernel sends it on a cached negative entry, so whatever was put at the
@@ -301,14 +286,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);
   set_open_flags(f, fi, true);
-  if (fuse_reply_create(req, &e, fi) == -ENOENT) {
-    f.readcache.writer_closed(i);
-    untrack_writer(*h);
-    ::close(fd);
-    i.open_handles--;
-    f.budget().give(h->charged_uid);
-    delete h;
-  }
+  if (fuse_reply_create(req, &e, fi) == -ENOENT) f.close_handle(h);
 }
 
 // The open that dropped the kernel's pages has completed: pages cached from here on show the file.
@@ -387,22 +365,7 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
-  Fs& f = fs(req);
-  Handle* h = handle_of(fi);
-  if (h->inode->kind == Kind::Real && h->dirty.load() && !h->stale.load()) {
-    // The stamp is a mutation like any other: written only while the handle's token is still
-    // the epoch of the file's domain, and under its shared lock so no advance passes between.
-    Domain& d = *h->domain;
-    std::shared_lock lk(d.mu);
-    if (h->token.load() == d.epoch.load() && &f.domain_of(*h->inode) == &d)
-      f.stamp(*h->inode, h->fd, h->token.load(), d);
-  }
-  if (h->writable && h->inode->kind == Kind::Real) f.readcache.writer_closed(*h->inode);
-  untrack_writer(*h);
-  if (h->fd >= 0) ::close(h->fd);
-  if (h->inode->kind == Kind::Real) h->inode->open_handles--;
-  if (h->charged) f.budget().give(h->charged_uid);
-  delete h;
+  fs(req).close_handle(handle_of(fi));
   fuse_reply_err(req, 0);
 }
 

@@ -10,11 +10,6 @@
 
 namespace fencefs::fs {
 
-Handle::~Handle() {
-  if (tracker) tracker->untrack(*this);
-  if (writers) writers->untrack(this);
-}
-
 void PageCache::start(fuse_session* se) {
   std::lock_guard lk(mu_);
   if (thread_.joinable()) return;

@@ -1,0 +1,52 @@
+// The end of every handle: RELEASE, an open the kernel interrupted, or the end of the session.
+#include <unistd.h>
+
+#include <mutex>
+#include <shared_mutex>
+
+#include "fs/fs.h"
+
+namespace fencefs::fs {
+
+Handle::~Handle() {
+  if (tracker) tracker->untrack(*this);
+  if (open) open->untrack(this);
+}
+
+void Fs::close_handle(Handle* h) {
+  bool real = h->inode->kind == Kind::Real;
+  if (real && h->dirty.load() && !h->stale.load()) {
+    // The stamp is a mutation like any other: written only while the handle's token is still
+    // the epoch of the file's domain, and under its shared lock so no advance passes between.
+    Domain& d = *h->domain;
+    std::shared_lock lk(d.mu);
+    if (h->token.load() == d.epoch.load() && &domain_of(*h->inode) == &d)
+      stamp(*h->inode, h->fd, h->token.load(), d);
+  }
+  if (h->writable && real) readcache.writer_closed(*h->inode);
+  if (h->open) h->open->untrack(h);
+  h->open = nullptr;
+  if (h->fd >= 0) ::close(h->fd);
+  if (real) h->inode->open_handles--;
+  if (h->charged) budget().give(h->charged_uid);
+  delete h;
+}
+
+void Fs::close_dir(DirHandle* d) {
+  handles.untrack(d);
+  if (d->dp) {
+    closedir(d->dp);
+    budget().give(d->charged_uid);
+  }
+  delete d;
+}
+
+size_t Fs::close_all() {
+  auto files = handles.files();
+  auto dirs = handles.dirs();
+  for (Handle* h : files) close_handle(h);
+  for (DirHandle* d : dirs) close_dir(d);
+  return files.size() + dirs.size();
+}
+
+}  // namespace fencefs::fs
