@@ -10,7 +10,7 @@ namespace fencefs::fs {
 
 Handle::~Handle() {
   if (tracker) tracker->untrack(*this);
-  if (open) open->untrack(this);
+  if (registry) registry->untrack(this);
 }
 
 void Fs::close_handle(Handle* h) {
@@ -24,8 +24,8 @@ void Fs::close_handle(Handle* h) {
       stamp(*h->inode, h->fd, h->token.load(), d);
   }
   if (h->writable && real) readcache.writer_closed(*h->inode);
-  if (h->open) h->open->untrack(h);
-  h->open = nullptr;
+  if (h->registry) h->registry->untrack(h);
+  h->registry = nullptr;
   if (h->fd >= 0) ::close(h->fd);
   if (real) h->inode->open_handles--;
   if (h->charged) budget().give(h->charged_uid);

@@ -116,8 +116,9 @@ class Loop {
         break;
       }
       // Nobody left in read(2): another worker must be, or later requests would wait behind
-      // this one however long it takes.
-      if (readers_ == 0) {
+      // this one however long it takes. Not once run() has listed the workers to join: one
+      // started then would outlive the Loop.
+      if (readers_ == 0 && !ended_flag_) {
         if (parked_ > 0) {
           parked_cv_.notify_one();
         } else if (static_cast<int>(workers_.size()) < max_) {

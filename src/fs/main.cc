@@ -426,9 +426,10 @@ int main(int argc, char* argv[]) {
   fuse_session_unmount(se);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
+  // Before leave(): restamps are mutations, made while this member still holds the domains'
+  // epochs with the others (an advance elsewhere waits for it, or fences it first).
   if (size_t n = filesystem.close_all())
-    log::info("closed {} handle(s) the kernel did not release (files still open at the unmount)",
-              n);
+    log::info("closed {} handle(s) the kernel did not release (no RELEASE received)", n);
   if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   daemon::remove_pidfile(pidfile);

@@ -1,8 +1,8 @@
 // The handles the kernel holds open. An advance stamps the files that writers open under the
 // epoch it ends: a holder superseded before it closes never restamps, and its admitted writes
 // would otherwise look to `fencectl verify` like writes that bypassed the mount. When the session
-// ends, the daemon closes those the kernel never released: a lazy unmount drops the RELEASE
-// requests still queued when the last file closes.
+// ends, the daemon closes those the kernel never released: a stop (SIGTERM) with files still open,
+// or a last close after a lazy unmount whose RELEASE went with the connection.
 #pragma once
 #include <functional>
 #include <unordered_set>
