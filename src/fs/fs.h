@@ -90,8 +90,7 @@ struct Handle {
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   uid_t charged_uid = 0;           // whose FdBudget share holds this handle
   bool charged = false;
-  PageCache* tracker = nullptr;     // set while it may write through a shared mapping
-  OpenHandles* registry = nullptr;  // set while tracked as open
+  PageCache* tracker = nullptr;  // set while it may write through a shared mapping
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};
@@ -164,10 +163,7 @@ class Fs {
 
   // Tracks a new handle; from then on close_*() is its one way out (RELEASE, an interrupted
   // open, or the end of the session).
-  void opened(Handle* h) {
-    h->registry = &handles;
-    handles.track(h, h->writable && h->inode->kind == Kind::Real);
-  }
+  void opened(Handle* h) { handles.track(h, h->writable && h->inode->kind == Kind::Real); }
   void opened(DirHandle* d) { handles.track(d); }
   // What RELEASE does: restamps what the handle wrote if its token is still the epoch, closes
   // its fd, gives back its share of the fd budget, frees it.

@@ -10,7 +10,6 @@ namespace fencefs::fs {
 
 Handle::~Handle() {
   if (tracker) tracker->untrack(*this);
-  if (registry) registry->untrack(this);
 }
 
 void Fs::close_handle(Handle* h) {
@@ -24,8 +23,7 @@ void Fs::close_handle(Handle* h) {
       stamp(*h->inode, h->fd, h->token.load(), d);
   }
   if (h->writable && real) readcache.writer_closed(*h->inode);
-  if (h->registry) h->registry->untrack(h);
-  h->registry = nullptr;
+  handles.untrack(h);  // before its fd is closed: an advance stamps through it
   if (h->fd >= 0) ::close(h->fd);
   if (real) h->inode->open_handles--;
   if (h->charged) budget().give(h->charged_uid);
