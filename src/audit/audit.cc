@@ -270,8 +270,7 @@ bool Log::write_locked(const std::string& line) {
   return false;
 }
 
-Log::Outcome Log::record(const Event& in, const std::function<void(Event&)>& resolve) {
-  Event e = in;
+Log::Outcome Log::record(Event e, const std::function<void(Event&)>& resolve) {
   const pid_t thread = e.tid ? e.tid : e.pid;
   // Who the caller is, and the line, only for a record that is written; outside mu_.
   auto finish = [&e](const std::function<void(Event&)>& res, int64_t at) {

@@ -71,7 +71,7 @@ class Log {
   // once (VFS retry_estale), so one system call reaches the daemon twice.
   // resolve, when given, fills in who the caller is (a /proc read): called only for a record
   // that is written, so a flood of refusals beyond the rate costs no /proc reads.
-  Outcome record(const Event& e, const std::function<void(Event&)>& resolve = {});
+  Outcome record(Event e, const std::function<void(Event&)>& resolve = {});
   static constexpr int64_t kRepeatWindowNs = 1000000000;
   static constexpr int64_t kSummaryNs = 5000000000;
   uint64_t repeats() const { return repeats_.load(); }

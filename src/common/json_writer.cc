@@ -32,49 +32,54 @@ size_t utf8_len(std::string_view s, size_t i) {
   return n;
 }
 
+void json_escape_to(std::string* out, std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  size_t run = 0;  // start of the bytes not yet appended: they pass through unchanged
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      i++;
+      continue;
+    }
+    size_t n = c >= 0x80 ? utf8_len(s, i) : 0;
+    if (n) {
+      i += n;
+      continue;
+    }
+    out->append(s.data() + run, i - run);
+    switch (c) {
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
+      case '\r':
+        *out += "\\r";
+        break;
+      default:
+        // A control character or DEL as \u00XX; a stray byte as \udcXX (paths need not be UTF-8).
+        const bool stray = c >= 0x80;
+        const char esc[] = {'\\',         'u',         stray ? 'd' : '0', stray ? 'c' : '0',
+                            kHex[c >> 4], kHex[c & 15]};
+        out->append(esc, sizeof esc);
+        break;
+    }
+    run = ++i;
+  }
+  out->append(s.data() + run, s.size() - run);
+}
+
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        i++;
-        continue;
-      case '\\':
-        out += "\\\\";
-        i++;
-        continue;
-      case '\n':
-        out += "\\n";
-        i++;
-        continue;
-      case '\t':
-        out += "\\t";
-        i++;
-        continue;
-      case '\r':
-        out += "\\r";
-        i++;
-        continue;
-      default:
-        break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      out += fmt::format("\\u{:04x}", c);
-      i++;
-    } else if (c < 0x80) {
-      out += static_cast<char>(c);
-      i++;
-    } else if (size_t n = utf8_len(s, i)) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out += fmt::format("\\udc{:02x}", c);  // a stray byte: paths need not be UTF-8
-      i++;
-    }
-  }
+  json_escape_to(&out, s);
   return out;
 }
 
@@ -118,7 +123,7 @@ JsonWriter& JsonWriter::end_array() {
 JsonWriter& JsonWriter::key(std::string_view k) {
   before_value();
   *out_ += '"';
-  *out_ += json_escape(k);
+  json_escape_to(out_, k);
   *out_ += "\":";
   after_key_ = true;
   return *this;
@@ -127,20 +132,20 @@ JsonWriter& JsonWriter::key(std::string_view k) {
 JsonWriter& JsonWriter::value(std::string_view s) {
   before_value();
   *out_ += '"';
-  *out_ += json_escape(s);
+  json_escape_to(out_, s);
   *out_ += '"';
   return *this;
 }
 
 JsonWriter& JsonWriter::value(uint64_t v) {
   before_value();
-  fmt::format_to(std::back_inserter(*out_), "{}", v);
+  append_number(v);
   return *this;
 }
 
 JsonWriter& JsonWriter::value(int64_t v) {
   before_value();
-  fmt::format_to(std::back_inserter(*out_), "{}", v);
+  append_number(v);
   return *this;
 }
 

@@ -2,6 +2,7 @@
 // writer on top of it. nlohmann's writer cannot write a byte of a name that is not UTF-8 as
 // \udcXX, so the daemon and fencectl write through this instead.
 #pragma once
+#include <charconv>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -17,6 +18,8 @@ size_t utf8_len(std::string_view s, size_t i);
 // \u00XX; each byte of an invalid UTF-8 sequence is \udcXX (Python's "surrogateescape", so
 // os.fsencode(json.loads(...)) gives the original bytes back).
 std::string json_escape(std::string_view s);
+// The same, appended to *out.
+void json_escape_to(std::string* out, std::string_view s);
 
 // Appends to a string; commas between members and elements are its business. Keys and string
 // values go through json_escape. Misuse (a value where a key is due) is the caller's bug.
@@ -51,6 +54,11 @@ class JsonWriter {
 
  private:
   void before_value();
+  template <typename T>
+  void append_number(T v) {
+    char buf[24];
+    out_->append(buf, static_cast<size_t>(std::to_chars(buf, buf + sizeof buf, v).ptr - buf));
+  }
   std::string* out_;
   std::vector<bool> first_;  // per open container: nothing written into it yet
   bool after_key_ = false;

@@ -67,10 +67,10 @@ audit::Log::Outcome Fence::audit(audit::Event e, const Caller& c) const {
   e.pid = c.pid;
   e.uid = c.uid;
   e.gid = c.gid;
-  if (c.pid <= 0) return audit_->record(e);
+  if (c.pid <= 0) return audit_->record(std::move(e));
   // FUSE names the calling thread; the audit trail names its process (one /proc read, made only
   // for a record that is written: not for refusals beyond the caller's rate).
-  return audit_->record(e, [this, pid = c.pid](audit::Event& ev) {
+  return audit_->record(std::move(e), [this, pid = c.pid](audit::Event& ev) {
     if (auto id = procs_.identity(pid)) {
       if (ev.comm.empty()) ev.comm = id->comm;
       if (id->tgid != pid) {

@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "common/json.h"
 
@@ -27,6 +30,49 @@ TEST(JsonEscape, InvalidUtf8BytesBecomeLoneSurrogates) {
   EXPECT_EQ("\\udcc0\\udcaf", json_escape("\xc0\xaf"));                        // overlong '/'
   EXPECT_EQ("\\udced\\udca0\\udc80", json_escape("\xed\xa0\x80"));             // a surrogate
   EXPECT_EQ("\\udcf4\\udc90\\udc80\\udc80", json_escape("\xf4\x90\x80\x80"));  // > U+10FFFF
+}
+
+TEST(JsonEscape, AppendsAfterWhatIsThere) {
+  std::string out = "x";
+  json_escape_to(&out,
+                 "ab\"cd\x01\xff"
+                 "ef");
+  EXPECT_EQ("xab\\\"cd\\u0001\\udcffef", out);
+  json_escape_to(&out, "");
+  EXPECT_EQ("xab\\\"cd\\u0001\\udcffef", out);
+}
+
+// Every byte alone and in random mixes (runs of plain text between escapes, sequences cut short)
+// reads back through the parser as the same bytes.
+TEST(JsonEscape, AnyBytesReadBackTheSame) {
+  std::mt19937 rng(20261204);
+  const std::string pieces[] = {"a",
+                                "/",
+                                "\"",
+                                "\\",
+                                "\n",
+                                std::string(1, '\0'),
+                                "\x7f",
+                                "\xc3\xa9",
+                                "\xe2\x82\xac",
+                                "\xf0\x9f\x98\x80",
+                                "\xc3",
+                                "\xed\xa0\x80",
+                                "\xff"};
+  std::vector<std::string> inputs;
+  for (int b = 0; b < 256; b++) inputs.emplace_back(1, static_cast<char>(b));
+  for (int n = 0; n < 2000; n++) {
+    std::string s;
+    for (size_t k = rng() % 12; k > 0; k--) s += pieces[rng() % std::size(pieces)];
+    inputs.push_back(s);
+  }
+  for (const std::string& s : inputs) {
+    std::string escaped = json_escape(s);
+    for (unsigned char c : escaped) ASSERT_TRUE(c >= 0x20 && c != 0x7f) << s;
+    auto v = json::parse("\"" + escaped + "\"");
+    ASSERT_TRUE(v) << escaped;
+    EXPECT_EQ(s, v->str) << escaped;
+  }
 }
 
 TEST(JsonWriter, CommasAndNesting) {
