@@ -166,6 +166,13 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
     h->content =
         "fencefs control file: write one command per write(2):\n"
         "  bind DOMAIN TOKEN | unbind DOMAIN | advance DOMAIN TOKEN [force] | domain add DOMAIN\n";
+  // The page stays with the handle until it is closed: charged to the caller, so that opens held
+  // by one user cannot make the daemon keep pages without bound.
+  h->charged_uid = fuse_req_ctx(req)->uid;
+  if (int err = f.pages().take(h->charged_uid, h->content.size(), &h->page_charge)) {
+    delete h;
+    return (void)fuse_reply_err(req, err);
+  }
   f.opened(h);
   fi->fh = reinterpret_cast<uint64_t>(h);
   fi->direct_io = 1;

@@ -6,6 +6,18 @@
 #include "common/log.h"
 
 namespace fencefs::fs {
+namespace {
+
+// Refusals are logged at most once a second: a flood of opens does not flood the log.
+bool once_a_second(std::atomic<int64_t>& last_log) {
+  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  int64_t last = last_log.load();
+  return now != last && last_log.compare_exchange_strong(last, now);
+}
+
+}  // namespace
 
 // Each handle costs up to two fds (its own and its inode's). A quarter of the limit is kept out
 // of every handle's reach; a sixteenth is the most one unprivileged uid holds, a quarter all of
@@ -39,11 +51,7 @@ int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
     return 0;
   }
   refused_++;
-  int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                    std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
-  int64_t last = last_log_.load();
-  if (now != last && last_log_.compare_exchange_strong(last, now))
+  if (once_a_second(last_log_))
     log::warn(
         "open refused ({}): uid {} holds {} open files (at most {} per user, {} for all "
         "users together; {} refused so far)",
@@ -64,6 +72,43 @@ void FdBudget::give(uid_t uid) {
     ordinary_--;
     if (--it->second == 0) by_uid_.erase(it);
   }
+}
+
+int PageBudget::take(uid_t uid, size_t bytes, size_t* charged) {
+  *charged = std::max(bytes, kMinCharge);
+  common::UniqueLock lk(mu_);
+  size_t& mine = by_uid_[uid];
+  int err = mine + *charged > per_uid_                       ? EMFILE
+            : uid != 0 && unprivileged_ + *charged > shared_ ? ENFILE
+                                                             : 0;
+  if (!err) {
+    mine += *charged;
+    if (uid != 0) unprivileged_ += *charged;
+    return 0;
+  }
+  size_t held = mine;
+  if (mine == 0) by_uid_.erase(uid);
+  lk.unlock();
+  *charged = 0;
+  refused_++;
+  if (once_a_second(last_log_))
+    log::warn(
+        "open of a .fencefs file refused ({}): uid {} holds {} KiB of open status, metrics and "
+        "ctl pages (at most {} KiB per user, {} KiB for all users but root together; {} refused "
+        "so far)",
+        err == EMFILE ? "EMFILE" : "ENFILE", uid, held / 1024, per_uid_ / 1024, shared_ / 1024,
+        refused_.load());
+  return err;
+}
+
+void PageBudget::give(uid_t uid, size_t charged) {
+  if (charged == 0) return;
+  common::MutexLock lk(mu_);
+  if (auto it = by_uid_.find(uid); it != by_uid_.end()) {
+    it->second -= std::min(it->second, charged);
+    if (it->second == 0) by_uid_.erase(it);
+  }
+  if (uid != 0) unprivileged_ -= std::min(unprivileged_, charged);
 }
 
 }  // namespace fencefs::fs

@@ -42,4 +42,30 @@ class FdBudget {
   std::atomic<int64_t> last_log_{0};
 };
 
+// The memory that open .fencefs files hold: each open of status or metrics keeps the page it
+// rendered, and ctl keeps its last reply. They hold no fd, so without this an unprivileged user
+// could make the daemon keep a copy per open(2), bounded only by the kernel's file-max.
+class PageBudget {
+ public:
+  // Charged per open: the page, and at least kMinCharge (the handle and the longest ctl reply).
+  static constexpr size_t kMinCharge = 8192;
+  PageBudget(size_t per_uid, size_t shared) : per_uid_(per_uid), shared_(shared) {}
+
+  // 0, EMFILE (uid over its share) or ENFILE (all callers but root together over theirs). *charged:
+  // what give() must return.
+  int take(uid_t uid, size_t bytes, size_t* charged);
+  void give(uid_t uid, size_t charged);
+
+  size_t per_uid() const { return per_uid_; }
+  size_t shared() const { return shared_; }
+
+ private:
+  const size_t per_uid_, shared_;
+  common::Mutex mu_;
+  std::unordered_map<uid_t, size_t> by_uid_ GUARDED_BY(mu_);
+  size_t unprivileged_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> refused_{0};
+  std::atomic<int64_t> last_log_{0};
+};
+
 }  // namespace fencefs::fs

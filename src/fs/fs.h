@@ -88,8 +88,9 @@ struct Handle {
   bool writable = false;
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
-  uid_t charged_uid = 0;           // whose FdBudget share holds this handle
+  uid_t charged_uid = 0;           // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
+  size_t page_charge = 0;        // .fencefs files: bytes charged to the PageBudget
   PageCache* tracker = nullptr;  // set while it may write through a shared mapping
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
@@ -131,6 +132,7 @@ class Fs {
 
   Inode& root() { return root_; }
   FdBudget& budget() { return *budget_; }
+  PageBudget& pages() { return pages_; }
   // Charges one open handle to the caller (FdBudget::take): 0, EMFILE or ENFILE. d: the domain
   // whose binding exempts the caller from the ordinary share (nullptr: issuers only).
   int charge_open(fuse_req_t req, Domain* d);
@@ -228,6 +230,7 @@ class Fs {
   std::atomic<size_t> open_fds_{0};
   size_t fd_soft_limit_ = 0;
   std::unique_ptr<FdBudget> budget_;
+  PageBudget pages_{size_t{64} << 20, size_t{256} << 20};
   std::atomic<bool> reclaiming_{false};
   bool flush_noop_ = false;
 };

@@ -346,6 +346,59 @@ TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
   EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(m.path("r").c_str(), O_RDONLY)); }));
 }
 
+// Each open of .fencefs/status keeps the page it rendered until it is closed. One unprivileged
+// user opening it over and over is refused once its opens hold 64 MiB, and the others, root
+// included, can still read it.
+TEST(Hardening, OpenStatusPagesOfOneUserAreBounded) {
+  auto m = open_mount();
+  const std::string status = m.path(".fencefs/status");
+  int report[2], release[2];
+  ASSERT_EQ(0, pipe(report));
+  ASSERT_EQ(0, pipe(release));
+  fflush(nullptr);
+  pid_t hog = fork();
+  if (hog == 0) {
+    ::close(report[0]);
+    ::close(release[1]);
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
+    int msg[2] = {0, 0};
+    for (; msg[0] < 12000; msg[0]++) {
+      if (open(status.c_str(), O_RDONLY) < 0) {
+        msg[1] = errno;
+        break;
+      }
+    }
+    if (write(report[1], msg, sizeof msg) != sizeof msg) _exit(3);
+    char c;
+    if (read(release[0], &c, 1) < 0) _exit(4);
+    _exit(0);
+  }
+  ::close(report[1]);
+  ::close(release[0]);
+  int msg[2] = {0, 0};
+  ASSERT_EQ(static_cast<ssize_t>(sizeof msg), read(report[0], msg, sizeof msg));
+  EXPECT_EQ(EMFILE, msg[1]) << "opened " << msg[0] << " times: " << strerror(msg[1]);
+  // 64 MiB at 8 KiB at least per open: a fresh mount's status page is smaller than that.
+  EXPECT_EQ(8192, msg[0]);
+  EXPECT_NE(std::string::npos, m.daemon_log().find("open of a .fencefs file refused (EMFILE)"));
+  // While they are held: root reads the page, another user opens it.
+  EXPECT_NE(std::string::npos, slurp(status).find("\"domains\""));
+  EXPECT_EQ(0, in_child([&] {
+              if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody - 1) != 0)
+                return 200;
+              return E(open(status.c_str(), O_RDONLY));
+            }));
+  ::close(release[1]);
+  ::close(report[0]);
+  waitpid(hog, nullptr, 0);
+  // Once they are closed the user may open it again.
+  EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(status.c_str(), O_RDONLY)); }));
+}
+
 // BACKING on a small ext4 with a root reserve: a non-root job filling the disk through the mount
 // cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
 // took the reserve too (the journal keeps room allocated ahead).
