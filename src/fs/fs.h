@@ -119,6 +119,7 @@ struct Options {
   double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
   bool stamps = true;      // the backing supports trusted.* xattrs
   bool list_xattrs = false;  // listxattr names the user.fencefs.* attributes (-o list_xattrs)
+  bool posix_acl = false;    // BACKING keeps POSIX ACLs: the kernel is asked to enforce them
 };
 
 class Fs {
@@ -189,6 +190,9 @@ class Fs {
   // close(2) of an fd of this inode in BACKING can report nothing (a local filesystem with no
   // flush operation): a FLUSH request would be a round trip for nothing.
   bool flush_is_noop(const Inode& i) const { return flush_noop_ && i.dev == root_.dev; }
+  // The kernel checks POSIX ACLs (FUSE_POSIX_ACL, negotiated at INIT, before any other request).
+  bool acls_enforced() const { return acls_enforced_; }
+  void set_acls_enforced() { acls_enforced_ = true; }
   bool is_state_name(Inode& parent, const char* name) const;
 
   // Writable handles that may map their file shared, and the cached pages of refused writes.
@@ -233,6 +237,7 @@ class Fs {
   PageBudget pages_{size_t{64} << 20, size_t{256} << 20};
   std::atomic<bool> reclaiming_{false};
   bool flush_noop_ = false;
+  bool acls_enforced_ = false;
 };
 
 // Pins the inodes of one request for the handler's duration.

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -95,6 +96,9 @@ void add_mount_options(fuse_args* args, const std::string& backing) {
   // file in the tree would be a way around the fence.
   std::string mopts =
       "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
+  // What BACKING's own mount forbids stays forbidden: a program it may not run is not run here.
+  struct statvfs sv;
+  if (statvfs(backing.c_str(), &sv) == 0 && (sv.f_flag & ST_NOEXEC)) mopts += ",noexec";
   fuse_opt_add_arg(args, "-o");
   fuse_opt_add_arg(args, mopts.c_str());
   {
@@ -175,6 +179,15 @@ bool backing_has_xattrs(const std::string& backing) {
     log::warn("cannot set a trusted.* xattr on BACKING's root {} ({}{}): {}", backing,
               common::errstr(err),
               err == EPERM ? "; is it immutable or append-only? see lsattr -d" : "", kLoss);
+  close(fd);
+  return ok;
+}
+
+// Whether BACKING's filesystem keeps POSIX ACLs (an absent one reads ENODATA; EOPNOTSUPP without).
+bool backing_has_acls(const std::string& backing) {
+  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
+  bool ok = fgetxattr(fd, "system.posix_acl_access", nullptr, 0) >= 0 || errno == ENODATA;
   close(fd);
   return ok;
 }
@@ -398,6 +411,7 @@ int main(int argc, char* argv[]) {
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
   fopts.stamps = backing_has_xattrs(backing);
+  fopts.posix_acl = backing_has_acls(backing);
   // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
   fence::Bindings bindings;
   daemon::BindingStore binding_store(state);

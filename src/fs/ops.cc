@@ -1,6 +1,7 @@
 // The operations table and session setup.
 #include "fs/ops.h"
 
+#include "common/log.h"
 #include "fs/op_stats.h"
 
 namespace fencefs::fs {
@@ -24,6 +25,15 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   conn->max_write = 1u << 20;
   conn->max_readahead = 1u << 20;
+  // Without it the kernel checks mode bits alone, and an ACL in BACKING that denies a user would
+  // not apply through the mount.
+  Fs& f = *static_cast<Fs*>(userdata);
+  if (f.opts().posix_acl && (conn->capable & FUSE_CAP_POSIX_ACL)) {
+    conn->want |= FUSE_CAP_POSIX_ACL;
+    f.set_acls_enforced();
+  } else if (f.opts().posix_acl) {
+    log::warn("the kernel cannot enforce POSIX ACLs on this mount: ACLs cannot be set through it");
+  }
 }
 
 // Pins the inode a request names for the handler's duration (see Fs::pin), then runs it.

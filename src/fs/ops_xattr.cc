@@ -22,6 +22,14 @@ bool reserved(const char* name) {
   return strncmp(name, "user.fencefs.", 13) == 0 || is_trusted_fencefs(name);
 }
 
+// A set or removal the daemon may not make: its own names, virtual files, and ACLs that the
+// kernel would not enforce (they would hold on BACKING and not through the mount).
+int refused(Fs& f, Inode& i, const char* name) {
+  if (is_virtual(i) || reserved(name)) return EPERM;
+  if (strncmp(name, "system.posix_acl_", 17) == 0 && !f.acls_enforced()) return EOPNOTSUPP;
+  return 0;
+}
+
 // The inspection attributes user.fencefs.* of a real inode, as this caller sees them: the domain's
 // epoch and path, the file's last stamp, and the token the caller presents there (each only when
 // it has a value). getxattr and listxattr both read this one list.
@@ -46,13 +54,19 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
                  int flags) {
   Fs& f = fs(req);
   Inode& i = *f.inode(ino);
-  if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
+  if (int err = refused(f, i, name)) return (void)fuse_reply_err(req, err);
   fence::Admission a;
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "setxattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  if (setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) != 0)
-    return (void)fuse_reply_err(req, errno);
+  {
+    // With the caller's own rights, as on the disk below: an ACL is its owner's to set, a user.*
+    // attribute needs write permission, and the set-group-id bit an ACL may clear is judged by the
+    // caller's groups.
+    AsCaller as(req, 0, false);
+    err = setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) == 0 ? 0 : errno;
+  }
+  if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
 }
@@ -60,12 +74,16 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
 void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Fs& f = fs(req);
   Inode& i = *f.inode(ino);
-  if (is_virtual(i) || reserved(name)) return (void)fuse_reply_err(req, EPERM);
+  if (int err = refused(f, i, name)) return (void)fuse_reply_err(req, err);
   fence::Admission a;
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "removexattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  if (removexattr(f.proc_path(i.fd).c_str(), name) != 0) return (void)fuse_reply_err(req, errno);
+  {
+    AsCaller as(req, 0, false);  // as setxattr
+    err = removexattr(f.proc_path(i.fd).c_str(), name) == 0 ? 0 : errno;
+  }
+  if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
 }

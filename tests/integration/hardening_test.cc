@@ -399,6 +399,124 @@ TEST(Hardening, OpenStatusPagesOfOneUserAreBounded) {
   EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(status.c_str(), O_RDONLY)); }));
 }
 
+// A POSIX ACL as the kernel stores it in system.posix_acl_access/default: version 2, then
+// (tag, permissions, id) per entry.
+constexpr uint16_t kAclUserObj = 1, kAclUser = 2, kAclGroupObj = 4, kAclMask = 0x10,
+                   kAclOther = 0x20;
+std::string acl_denying(uid_t uid) {
+  struct Entry {
+    uint16_t tag, perm;
+    uint32_t id;
+  };
+  const Entry entries[] = {{kAclUserObj, 6, ~0u},
+                           {kAclUser, 0, uid},
+                           {kAclGroupObj, 6, ~0u},
+                           {kAclMask, 6, ~0u},
+                           {kAclOther, 6, ~0u}};
+  std::string v(4, '\0');
+  v[0] = 2;
+  for (const Entry& e : entries) v.append(reinterpret_cast<const char*>(&e), sizeof e);
+  return v;
+}
+
+int as_uid(uid_t uid, const std::function<int()>& fn) {
+  return in_child([&] {
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(uid) != 0) return 201;
+    return fn();
+  });
+}
+
+// An ACL that takes a right away from one user holds through the mount as it does on the disk
+// below, whether it was there before the mount, set through it by the file's owner, or inherited
+// from a directory's default ACL by a file created through the mount.
+TEST(Hardening, AclsApplyThroughTheMountAsOnTheDiskBelow) {
+  auto m = open_mount();
+  constexpr uid_t kOther = 1;  // "daemon" in Debian's passwd
+  const std::string deny = acl_denying(kOther);
+  const std::string file = m.bpath("acl");
+  spit(file, "orig\n");
+  ASSERT_EQ(0, ::chown(file.c_str(), kNobody, kNogroup));
+  ASSERT_EQ(0, ::chmod(file.c_str(), 0666));
+  ASSERT_EQ(0, setxattr(file.c_str(), "system.posix_acl_access", deny.data(), deny.size(), 0))
+      << "BACKING must keep POSIX ACLs: " << strerror(errno);
+  auto open_as = [&](uid_t uid, const std::string& path, int flags) {
+    return job_as(m, 1, uid, [&] { return E(open(path.c_str(), flags)); });
+  };
+  ASSERT_EQ(EACCES, as_uid(kOther, [&] { return E(open(file.c_str(), O_WRONLY)); }));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("acl"), O_WRONLY | O_APPEND));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("acl"), O_RDONLY));
+  EXPECT_EQ(0, open_as(kNobody, m.path("acl"), O_WRONLY | O_APPEND));
+  EXPECT_EQ("orig\n", slurp(file));
+
+  // Set through the mount: the owner's right alone, fenced like any mutation, then enforced.
+  const std::string mine = m.bpath("mine");
+  spit(mine, "mine\n");
+  ASSERT_EQ(0, ::chown(mine.c_str(), kNobody, kNogroup));
+  ASSERT_EQ(0, ::chmod(mine.c_str(), 0666));
+  auto set_acl = [&](const std::string& path, const char* name) {
+    return E(setxattr(path.c_str(), name, deny.data(), deny.size(), 0));
+  };
+  EXPECT_EQ(EPERM, job_as(m, 1, kOther,
+                          [&] { return set_acl(m.path("mine"), "system.posix_acl_access"); }));
+  EXPECT_EQ(EPERM, job_as(m, 0, kNobody,
+                          [&] { return set_acl(m.path("mine"), "system.posix_acl_access"); }));
+  EXPECT_EQ(0, open_as(kOther, m.path("mine"), O_WRONLY));
+  EXPECT_EQ(
+      0, job_as(m, 1, kNobody, [&] { return set_acl(m.path("mine"), "system.posix_acl_access"); }));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("mine"), O_WRONLY));
+  EXPECT_EQ(EACCES, as_uid(kOther, [&] { return E(open(mine.c_str(), O_WRONLY)); }));
+
+  // Inherited from a directory's default ACL.
+  ASSERT_EQ(0, ::mkdir(m.bpath("shared").c_str(), 0777));
+  ASSERT_EQ(0, ::chown(m.bpath("shared").c_str(), kNobody, kNogroup));
+  EXPECT_EQ(0, job_as(m, 1, kNobody,
+                      [&] { return set_acl(m.path("shared"), "system.posix_acl_default"); }));
+  EXPECT_EQ(0, job_as(m, 1, kNobody, [&] {
+              umask(0);  // mode bits that let everyone write: only the ACL keeps kOther out
+              int fd = open(m.path("shared/new").c_str(), O_WRONLY | O_CREAT, 0666);
+              return fd < 0 ? errno : E(close(fd));
+            }));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("shared/new"), O_WRONLY));
+  EXPECT_EQ(0, open_as(kNobody, m.path("shared/new"), O_WRONLY));
+}
+
+// BACKING on a filesystem mounted noexec, without ACLs (ramfs keeps no xattrs): nothing it may not
+// run runs through the mount, and no ACL is set through it (one the kernel would not enforce).
+TEST(Hardening, WhatBackingsMountForbidsStaysForbidden) {
+  struct Cleanup {
+    std::string backing, root;
+    ~Cleanup() {
+      if (!backing.empty()) sh("umount '" + backing + "' 2>/dev/null");
+      if (!root.empty()) sh("rm -rf '" + root + "'");
+    }
+  } cleanup;
+  bool mounted = true;
+  Mount m({}, [&](const std::string& b) {
+    cleanup.backing = b;
+    mounted = sh("mount -t ramfs -o noexec ramfs '" + b + "'") == 0;
+    ::chmod(b.c_str(), 0777);
+    sh("cp /bin/true '" + b + "/true' && chmod 755 '" + b + "/true'");
+    spit(b + "/f", "f\n");
+  });
+  cleanup.root = m.root();
+  ASSERT_TRUE(mounted);
+  ASSERT_TRUE(m.mounted());
+  auto run_as_nobody = [&](const std::string& prog) {
+    return as_uid(kNobody, [&] {
+      execl(prog.c_str(), prog.c_str(), nullptr);
+      return errno;
+    });
+  };
+  ASSERT_EQ(EACCES, run_as_nobody(m.bpath("true")));
+  EXPECT_EQ(EACCES, run_as_nobody(m.path("true")));
+  EXPECT_NE(std::string::npos, sh_out("findmnt -no OPTIONS '" + m.mnt() + "'").find("noexec"));
+  const std::string acl = acl_denying(1);
+  EXPECT_EQ(EOPNOTSUPP, job_as(m, 1, 0, [&] {
+              return E(setxattr(m.path("f").c_str(), "system.posix_acl_access", acl.data(),
+                                acl.size(), 0));
+            }));
+}
+
 // BACKING on a small ext4 with a root reserve: a non-root job filling the disk through the mount
 // cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
 // took the reserve too (the journal keeps room allocated ahead).
