@@ -269,6 +269,12 @@ int Fence::judge_held(const Domain& d, Epoch token, const Caller& c, const Subje
 
 int Fence::settle(Domain& d, Epoch token, const Caller& c, const Op& op, const Subject& s,
                   std::shared_lock<WriterPreferringLock>* hold) {
+  // Refusals no later state can lift (no token; a token below the epoch, which never falls) are
+  // made without the lock: behind an advance waiting for a slow admitted operation, each would
+  // hold a worker, and tokenless callers could take every worker of the daemon.
+  if (Decision dec = decide(RequestKind::Admit, d, token);
+      dec.refused() && (dec.reason == Reason::Missing || dec.reason == Reason::Stale))
+    return refuse(c, s, std::move(dec));
   for (;;) {
     std::shared_lock lk(d.mu);
     bool settled = false, raise_due = false;
