@@ -9,6 +9,11 @@ namespace fencefs::fs {
 // stamped: obj's stamp in that domain counts as evidence of a rollback.
 int admit_at(fuse_req_t req, Inode& obj, const char* name, const char* opname,
              fence::Admission* out, bool stamped = false, Domain** where = nullptr);
+// Opens a BACKING file for a caller without waiting out a lease (fcntl F_SETLEASE) on it: natively
+// open(2) and truncate(2) wait up to /proc/sys/fs/lease-break-time (45 s) for the holder, here
+// they would hold a worker and, for a writer, its domain's lock meanwhile. The break is started
+// and the open retried for 100 ms; then -1 with EWOULDBLOCK, as an O_NONBLOCK open gives.
+int open_unleased(const char* path, int flags);
 // Admits an operation through an open handle with the token the handle captured.
 int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission* out);
 

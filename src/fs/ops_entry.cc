@@ -84,7 +84,14 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
     if (res) return (void)fuse_reply_err(req, errno);
   }
   if (valid & FUSE_SET_ATTR_SIZE) {
-    res = fd >= 0 ? ftruncate(fd, attr->st_size) : truncate(path.c_str(), attr->st_size);
+    if (fd >= 0) {
+      res = ftruncate(fd, attr->st_size);
+    } else {
+      int tfd = open_unleased(path.c_str(), O_WRONLY | O_CLOEXEC);  // truncate(2) waits out leases
+      res = tfd < 0 || ftruncate(tfd, attr->st_size) != 0 ? errno : 0;
+      if (tfd >= 0) ::close(tfd);
+      if (res) return (void)fuse_reply_err(req, res);
+    }
     if (res) return (void)fuse_reply_err(req, errno);
     if (fd < 0) f.readcache.changed(i);
     if (kernel_io::kill_suidgid()) {

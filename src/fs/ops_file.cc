@@ -93,6 +93,19 @@ static int admit_writeback(fuse_req_t req, Handle& h, fence::Admission* out) {
   return 0;
 }
 
+int open_unleased(const char* path, int flags) {
+  for (int tries = 0;; tries++) {
+    int fd = open(path, flags | O_NONBLOCK);
+    if (fd >= 0) {
+      int fl = (flags & O_NONBLOCK) ? -1 : fcntl(fd, F_GETFL);
+      if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+      return fd;
+    }
+    if (errno != EWOULDBLOCK || tries == 10) return -1;
+    usleep(10000);
+  }
+}
+
 static bool wants_write(int flags) { return (flags & O_ACCMODE) != O_RDONLY || (flags & O_TRUNC); }
 
 static Handle* new_handle(fuse_req_t req, int fd, Inode& i, Domain* d, Epoch token, bool writable) {
@@ -153,10 +166,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   int flags = fi->flags & ~(O_NOFOLLOW | O_CREAT | O_EXCL | O_NOCTTY | O_APPEND | O_DIRECT);
   if (int err = f.charge_open(req, d)) return (void)fuse_reply_err(req, err);
   if (writable) f.readcache.writer_opened(i);  // before O_TRUNC can change the data
-  int fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+  int fd = open_unleased(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   if (fd < 0 && errno == EMFILE) {
     f.reclaim_fds();
-    fd = open(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+    fd = open_unleased(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
   }
   if (fd < 0) {
     int err = errno;
@@ -214,7 +227,7 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
     *err = ENXIO;
   } else {
     AsCaller as(req, 0, false);
-    fd = open(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC);
+    fd = open_unleased(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC);
     if (fd < 0) *err = errno;
   }
   ::close(opath);

@@ -517,6 +517,71 @@ TEST(Hardening, WhatBackingsMountForbidsStaysForbidden) {
             }));
 }
 
+// A lease taken on a file directly in BACKING (by its owner, who may) makes opens that conflict
+// with it wait up to lease-break-time (45 s) natively. Through the mount they fail at once with
+// EWOULDBLOCK instead: they would hold a daemon worker, and a writer its domain's lock, meanwhile.
+TEST(Hardening, ALeaseInBackingDoesNotHoldTheDaemon) {
+  auto m = open_mount();
+  const std::string file = m.bpath("leased");
+  spit(file, "leased\n");
+  ASSERT_EQ(0, ::chown(file.c_str(), kNobody, kNogroup));
+  int ready[2];
+  ASSERT_EQ(0, pipe(ready));
+  fflush(nullptr);
+  pid_t holder = fork();
+  if (holder == 0) {
+    signal(SIGIO, SIG_IGN);  // told of the break, and ignoring it
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
+    int fd = open(file.c_str(), O_RDONLY);
+    int ok = fd >= 0 && fcntl(fd, F_SETLEASE, F_WRLCK) == 0 ? 1 : 0;
+    if (write(ready[1], &ok, sizeof ok) != sizeof ok) _exit(3);
+    pause();
+    _exit(0);
+  }
+  int ok = 0;
+  ASSERT_EQ(static_cast<ssize_t>(sizeof ok), read(ready[0], &ok, sizeof ok));
+  struct Holder {
+    pid_t pid;
+    ~Holder() {
+      if (pid <= 0) return;
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  } cleanup{holder};
+  ASSERT_EQ(1, ok) << "no lease could be taken on a file in BACKING";
+  std::vector<pid_t> stuck;
+  auto within = [&](const std::string& cmd) {
+    pid_t left = -1;
+    int st = finishes_within(cmd, 3000, &left);
+    if (left > 0) stuck.push_back(left);
+    return st;
+  };
+  std::string c_ = FENCECTL_BIN;
+  EXPECT_NE(-1, within("cat '" + m.path("leased") + "' >/dev/null 2>&1"));
+  EXPECT_NE(-1,
+            within(c_ + " run --mount '" + m.mnt() + "' --domain / --token 1 -- sh -c 'echo x >> " +
+                   m.path("leased") + "' 2>/dev/null"));
+  EXPECT_NE(-1,
+            within(c_ + " run --mount '" + m.mnt() + "' --domain / --token 1 -- truncate -s 0 " +
+                   m.path("leased") + " 2>/dev/null"));
+  EXPECT_EQ(0, within(c_ + " advance --mount '" + m.mnt() + "' / 2 >/dev/null"));
+  EXPECT_EQ(EWOULDBLOCK,
+            job_as(m, 2, 0, [&] { return E(open(m.path("leased").c_str(), O_WRONLY)); }));
+  EXPECT_EQ(EWOULDBLOCK,
+            job_as(m, 2, 0, [&] { return E(::truncate(m.path("leased").c_str(), 0)); }));
+  // Once the holder lets go, the file opens as usual (a native read too would have waited).
+  kill(holder, SIGKILL);
+  waitpid(holder, nullptr, 0);
+  cleanup.pid = 0;
+  EXPECT_EQ("leased\n", slurp(file));
+  EXPECT_EQ(0, job_as(m, 2, 0, [&] {
+              int fd = open(m.path("leased").c_str(), O_WRONLY | O_APPEND);
+              return fd < 0 ? errno : E(write(fd, "more\n", 5));
+            }));
+  EXPECT_EQ("leased\nmore\n", slurp(file));
+  for (pid_t p : stuck) waitpid(p, nullptr, 0);
+}
+
 // BACKING on a small ext4 with a root reserve: a non-root job filling the disk through the mount
 // cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
 // took the reserve too (the journal keeps room allocated ahead).
