@@ -78,10 +78,8 @@ int Bindings::unbind(pid_t tid, uint32_t domain) {
   {
     common::WriterLock lk(mu_);
     auto it = bindings_.find(who->tgid);
-    if (it != bindings_.end()) {
-      it->second.tokens.erase(domain);
-      if (it->second.tokens.empty()) bindings_.erase(it);
-    }
+    if (it == bindings_.end() || it->second.tokens.erase(domain) == 0) return ENOENT;
+    if (it->second.tokens.empty()) bindings_.erase(it);
     empty_ = bindings_.empty();
     gen_.fetch_add(1);
   }

@@ -46,7 +46,8 @@ class Bindings {
 
   // Binds the thread group of `tid` for a domain. ESRCH if the process is gone.
   int bind(pid_t tid, uint32_t domain, Epoch token);
-  // Removes the binding of the thread group of `tid` (0 even if there was none).
+  // Removes the binding of the thread group of `tid`: 0, or ENOENT when there was none (nothing
+  // changes then: no resolution is invalidated), ESRCH if the process is gone.
   int unbind(pid_t tid, uint32_t domain);
   // The token of the nearest bound ancestor-or-self of `tid` for `domain`; 0 when none.
   Epoch resolve(pid_t tid, uint32_t domain);

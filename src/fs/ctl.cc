@@ -71,7 +71,15 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       note_ctl(f, c, op, "bound", d, cmd.domain, tok, *reply);
       return 0;
     case ctl::Verb::Unbind:
-      f.bindings().unbind(c.pid, d->id);
+      // Only a binding removed is recorded: any user may write `unbind` as often as it likes, and
+      // a record per no-op would flood the audit trail.
+      if (int e = f.bindings().unbind(c.pid, d->id); e == ENOENT) {
+        *reply = fmt::format("pid {} had no binding for domain {}", c.pid, d->path);
+        return 0;
+      } else if (e) {
+        *reply = "caller vanished";
+        return e;
+      }
       *reply = fmt::format("unbound pid {} for domain {}", c.pid, d->path);
       note_ctl(f, c, op, "unbound", d, cmd.domain, "", *reply);
       return 0;

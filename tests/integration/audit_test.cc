@@ -722,6 +722,33 @@ TEST(AuditRecord, UnauthorisedBind) {
   EXPECT_NE(std::string::npos, S(r, "message").find("65534")) << S(r, "message");
 }
 
+// Any user may write `unbind`: only a binding removed is recorded, so that writing it over and
+// over (a thousand times here) cannot flood the trail and rotate other records away.
+TEST(AuditRecord, UnbindOfNothingIsNotRecorded) {
+  Mount m;
+  pid_t pid;
+  EXPECT_EQ(0, child(
+                   [&] {
+                     if (setgroups(0, nullptr) != 0 || setgid(65534) != 0 || setuid(65534) != 0)
+                       return 100;
+                     for (int i = 0; i < 1000; i++)
+                       if (int err = m.ctl("unbind /")) return err;
+                     return 0;
+                   },
+                   &pid));
+  EXPECT_EQ(0, child(
+                   [&] {
+                     if (m.ctl("bind / 1") || m.ctl("unbind /")) return 1;
+                     return m.ctl("unbind /");
+                   },
+                   &pid));
+  auto unbound =
+      where(records(state_dir(m)), [](const Value& r) { return S(r, "op") == "unbind"; });
+  ASSERT_EQ(1u, unbound.size()) << dump(unbound);
+  EXPECT_EQ("unbound", S(unbound[0], "decision"));
+  EXPECT_EQ(static_cast<uint64_t>(pid), N(unbound[0], "pid"));
+}
+
 TEST(AuditRecord, TokenTooFar) {
   Mount m({"-o", "max_jump=10"});
   pid_t pid;

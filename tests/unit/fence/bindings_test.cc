@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "unit/fence/fake_processes.h"
 
 namespace fencefs::fence {
@@ -42,6 +44,9 @@ TEST(Bindings, NearestBoundAncestorWins) {
   EXPECT_EQ(5u, b.resolve(shell, 0));
   ASSERT_EQ(0, b.unbind(child, 0));
   EXPECT_EQ(5u, b.resolve(grandchild, 0)) << "an unbind is seen by cached resolutions";
+  EXPECT_EQ(ENOENT, b.unbind(child, 0)) << "nothing left to unbind";
+  EXPECT_EQ(ENOENT, b.unbind(grandchild, 1));
+  EXPECT_EQ(9u, b.resolve(grandchild, 1));
 }
 
 TEST(Bindings, ThreadsBindAndResolveAsTheirProcess) {
