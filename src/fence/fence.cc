@@ -422,14 +422,17 @@ bool Fence::is_issuer(const Caller& c) const {
 }
 
 int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool need_issuer,
-                     std::string* why) const {
-  if (is_issuer(c)) return 0;
+                     std::string* why, bool opened_by_issuer) const {
+  const bool issuer = is_issuer(c);
+  if (issuer && opened_by_issuer) return 0;
+  const std::string who = issuer ? "the control file was opened by a process outside the issuer set"
+                                 : fmt::format("uid {} is not in the issuer set", c.uid);
   if (need_issuer) {
-    *why = fmt::format("uid {} is not in the issuer set", c.uid);
+    *why = who;
     return EACCES;
   }
   if (t.signature.empty()) {
-    *why = fmt::format("uid {} is not in the issuer set and the token is not signed", c.uid);
+    *why = who + " and the token is not signed";
     return EACCES;
   }
   if (cfg_.token_key.empty()) {

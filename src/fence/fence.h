@@ -107,8 +107,11 @@ class Fence {
 
   // May this caller present this token for this domain (bind, advance, ioctl)?
   // need_issuer: signed tokens are not enough (force, domain add).
+  // opened_by_issuer: false when the caller writes through a control file that someone outside the
+  // issuer set opened (a set-uid program writing to a descriptor it was handed): then only a
+  // signed token authorises, as for any caller outside the set.
   int authorize(const Caller& c, const Domain& d, const TokenText& t, bool need_issuer,
-                std::string* why) const;
+                std::string* why, bool opened_by_issuer = true) const;
   bool is_issuer(const Caller& c) const;
   // The rule applied to a request of this kind against d's current epoch (decision.h).
   Decision decide(RequestKind kind, const Domain& d, Epoch token, bool force = false,

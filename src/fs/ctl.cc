@@ -38,7 +38,7 @@ void note_ctl(Fs& f, const fence::Caller& c, const char* op, const char* decisio
   f.fence().note(c, fence::Subject{op, d, domain, token}, decision, std::move(message));
 }
 
-int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
+int execute(fuse_req_t req, const ctl::Command& cmd, bool opened_by_issuer, std::string* reply) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
   Domain* d = f.fence().domains().by_path(cmd.domain);
@@ -57,7 +57,7 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
   int err = 0;
   switch (cmd.verb) {
     case ctl::Verb::Bind:
-      if ((err = f.fence().authorize(c, *d, cmd.token, false, &why)))
+      if ((err = f.fence().authorize(c, *d, cmd.token, false, &why, opened_by_issuer)))
         return *reply = why,
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, d, cmd.domain, tok, err, why);
       if (auto dec = f.fence().decide(fence::RequestKind::Bind, *d, cmd.token.epoch); dec.refused())
@@ -84,14 +84,15 @@ int execute(fuse_req_t req, const ctl::Command& cmd, std::string* reply) {
       note_ctl(f, c, op, "unbound", d, cmd.domain, "", *reply);
       return 0;
     case ctl::Verb::Advance:
-      if ((err = f.fence().authorize(c, *d, cmd.token, cmd.force, &why)))
+      if ((err = f.fence().authorize(c, *d, cmd.token, cmd.force, &why, opened_by_issuer)))
         return *reply = why,
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, d, cmd.domain, tok, err, why);
       err = f.fence().advance(*d, cmd.token.epoch, cmd.force, c, reply);
       return err;
     case ctl::Verb::DomainAdd: {
       fence::TokenText none;
-      if ((err = f.fence().authorize(c, *f.fence().domains().root(), none, true, &why)))
+      if ((err = f.fence().authorize(c, *f.fence().domains().root(), none, true, &why,
+                                     opened_by_issuer)))
         return *reply = why,
                refuse_ctl(f, c, op, fence::Reason::Unauthorised, nullptr, cmd.domain, "", err, why);
       err = f.declare_domain(cmd.domain, reply);
@@ -177,6 +178,9 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
   // The page stays with the handle until it is closed: charged to the caller, so that opens held
   // by one user cannot make the daemon keep pages without bound.
   h->charged_uid = fuse_req_ctx(req)->uid;
+  // A set-uid program may be handed a descriptor to write to (its output): an issuer's authority
+  // goes only into a file an issuer opened.
+  if (i.kind == Kind::CtlFile) h->opened_by_issuer = f.fence().is_issuer(f.caller(req));
   if (int err = f.pages().take(h->charged_uid, h->content.size(), &h->page_charge)) {
     delete h;
     return (void)fuse_reply_err(req, err);
@@ -216,7 +220,7 @@ void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size, off_t of
     return (void)fuse_reply_err(req, EINVAL);
   }
   std::string reply;
-  int err = execute(req, p.command, &reply);
+  int err = execute(req, p.command, h.opened_by_issuer, &reply);
   set_content(h, (err ? "error: " : "ok: ") + reply + "\n",
               err ? off : off + static_cast<off_t>(size));
   if (err) return (void)fuse_reply_err(req, err);

@@ -90,8 +90,9 @@ struct Handle {
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   uid_t charged_uid = 0;           // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
-  size_t page_charge = 0;        // .fencefs files: bytes charged to the PageBudget
-  PageCache* tracker = nullptr;  // set while it may write through a shared mapping
+  size_t page_charge = 0;         // .fencefs files: bytes charged to the PageBudget
+  bool opened_by_issuer = false;  // .fencefs/ctl: whether an issuer opened it (Fence::authorize)
+  PageCache* tracker = nullptr;   // set while it may write through a shared mapping
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};

@@ -582,6 +582,44 @@ TEST(Hardening, ALeaseInBackingDoesNotHoldTheDaemon) {
   for (pid_t p : stuck) waitpid(p, nullptr, 0);
 }
 
+// The confused deputy: a user opens .fencefs/ctl and hands the descriptor to a set-uid program as
+// its output. What that program writes carries an issuer's identity but not the opener's
+// authority: refused, as `sudo echo … > FILE` is refused by the file's own permissions.
+TEST(Hardening, AnIssuersWriteCountsOnlyInAControlFileAnIssuerOpened) {
+  auto m = open_mount();
+  int to_parent[2], release[2];
+  ASSERT_EQ(0, pipe(to_parent));
+  ASSERT_EQ(0, pipe(release));
+  fflush(nullptr);
+  pid_t opener = fork();
+  if (opener == 0) {
+    ::close(release[1]);
+    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
+    int fd = open(m.ctl_path().c_str(), O_WRONLY);
+    if (write(to_parent[1], &fd, sizeof fd) != sizeof fd) _exit(3);
+    char c;
+    (void)!read(release[0], &c, 1);
+    _exit(0);
+  }
+  int remote = -1;
+  ASSERT_EQ(static_cast<ssize_t>(sizeof remote), read(to_parent[0], &remote, sizeof remote));
+  ASSERT_GE(remote, 0) << "nobody could not open the control file";
+  // The same open file description, now in a root process (as a set-uid program's stdout).
+  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, opener, 0));
+  ASSERT_GE(pidfd, 0);
+  int fd = static_cast<int>(syscall(SYS_pidfd_getfd, pidfd, remote, 0));
+  ASSERT_GE(fd, 0) << strerror(errno);
+  for (const char* cmd : {"advance / 9223372036854775807 force", "bind / 5", "domain add /d"})
+    EXPECT_EQ(EACCES, E(write(fd, cmd, strlen(cmd)))) << cmd;
+  ::close(fd);
+  ::close(pidfd);
+  ::close(release[1]);
+  waitpid(opener, nullptr, 0);
+  EXPECT_EQ("0", xattr(m.mnt(), "user.fencefs.epoch"));
+  EXPECT_EQ(0, m.ctl("advance / 1"));  // opened and written by root
+  EXPECT_EQ("1", xattr(m.mnt(), "user.fencefs.epoch"));
+}
+
 // BACKING on a small ext4 with a root reserve: a non-root job filling the disk through the mount
 // cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
 // took the reserve too (the journal keeps room allocated ahead).
