@@ -41,6 +41,7 @@ int cmd_advance(const Args& args) {
   std::vector<std::string> pos = p.positional;
   if (pos.size() != 2) usage_error("advance: expected DOMAIN TOKEN");
   pos[0] = domain_arg(pos[0]);
+  pos[1] = token_arg(pos[1]);
   std::string root = need_mount(mount);
   auto token = fence::parse_token_text(pos[1]);
   if (!token) {

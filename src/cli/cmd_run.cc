@@ -216,6 +216,7 @@ int cmd_run(const Args& args) {
   const size_t cmd = 0;  // command[cmd] is CMD
   if (command.empty()) bad_usage("run: no command given (… -- CMD [ARGS...])");
   if (o.domain.empty()) bad_usage("run: --domain D is required");
+  o.token = token_arg(o.token);
   int modes = !o.token.empty() + o.acquire + !o.etcd.empty();
   if (modes != 1) bad_usage("run: give exactly one of --token T, --acquire, --etcd E --lock N");
   if (!o.etcd.empty() && o.lock.empty()) bad_usage("run: --etcd needs --lock NAME");

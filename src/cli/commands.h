@@ -21,5 +21,9 @@ int cmd_whoami(const Args& args);
 // Shared helpers.
 [[noreturn]] void usage_error(const std::string& msg);  // prints, exits kUsage
 void fail(const std::string& msg);                      // prints "fencectl: msg"
+// A token argument as given, or read from FILE when given as @FILE (@- : standard input): the
+// first line, without surrounding whitespace. A signed token on the command line is in the
+// process list for everyone to read until fencectl execs the job. Exits kUsage when unreadable.
+std::string token_arg(const std::string& arg);
 
 }  // namespace fencefs::cli

@@ -1,10 +1,13 @@
 // fencectl: the operator's and the job wrapper's side of fencefs.
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "cli/exit_codes.h"
 #include "cli/options.h"
+#include "common/error.h"
 
 namespace fencefs::cli {
 
@@ -67,6 +70,21 @@ Errors print the errno name and the reason, e.g.
 }
 
 void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
+
+std::string token_arg(const std::string& arg) {
+  if (arg.empty() || arg[0] != '@') return arg;
+  const std::string file = arg.substr(1);
+  std::ifstream f;
+  if (file != "-") f.open(file);
+  std::istream& in = file == "-" ? std::cin : f;
+  std::string line;
+  if ((file != "-" && !f.is_open()) || !std::getline(in, line))
+    usage_error("cannot read a token from " + (file == "-" ? std::string("standard input") : file) +
+                (file != "-" && !f.is_open() ? ": " + common::errstr(errno) : ""));
+  const char* ws = " \t\r\n";
+  size_t b = line.find_first_not_of(ws), e = line.find_last_not_of(ws);
+  return b == std::string::npos ? std::string() : line.substr(b, e - b + 1);
+}
 
 }  // namespace fencefs::cli
 

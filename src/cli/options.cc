@@ -20,7 +20,9 @@ const char* const kRunHelp =
 
 Runs CMD bound to a token for domain D: CMD and every descendant present it, and see it in
 FENCEFS_TOKEN (and FENCEFS_DOMAIN).
-  --token T    a token you hold (decimal, or a signed EPOCH.SIGNATURE).
+  --token T    a token you hold (decimal, or a signed EPOCH.SIGNATURE). @FILE reads it from
+               FILE (@- from standard input): a signed token given on the command line can be
+               read by every user in the process list until CMD starts.
   --acquire    the daemon issues epoch+1 and makes it D's epoch in one durable record: every
                earlier holder of D is revoked before CMD starts (issuers only).
   --etcd E --lock NAME
@@ -73,7 +75,8 @@ const std::vector<CommandSpec>& commands() {
        "Raise DOMAIN's epoch to TOKEN now, durably: older tokens are refused from here on.",
        {{"mount", 'm', "M", "the fencefs mount (or any path inside it)"},
         {"force", 0, nullptr, "allow a jump beyond the mount's max_jump (issuers only)"}},
-       "TOKEN: a decimal 1..9223372036854775807, or a signed EPOCH.SIGNATURE.\n"},
+       "TOKEN: a decimal 1..9223372036854775807, or a signed EPOCH.SIGNATURE; @FILE reads it from\n"
+       "FILE (@- from standard input), out of the process list.\n"},
       {"sign",
        "--key FILE --domain D --epoch N",
        "Print a signed token EPOCH.SIGNATURE that anyone may bind (mount option token_key).",

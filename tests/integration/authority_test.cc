@@ -135,6 +135,33 @@ TEST(Authority, SignedTokens) {
   EXPECT_EQ("7", epoch(m));
 }
 
+// A signed token is a bearer credential: given as @FILE (or @- for standard input) it is read
+// from there and never appears in the process list.
+TEST(Authority, SignedTokensFromAFileStayOutOfTheProcessList) {
+  Key k(0600);
+  std::string key = k.path;
+  Mount m({"-o", "token_key=" + key});
+  setup(m);
+  const std::string c = FENCECTL_BIN;
+  const std::string file = k.dir + "/token";
+  spit(file, sign(key, "/", 5) + "\n");
+  ::chmod(file.c_str(), 0644);   // nobody reads it below
+  ::chmod(k.dir.c_str(), 0755);  // the key itself stays 0600
+  int status =
+      sh("su nobody -s /bin/sh -c \"" + c + " run --mount '" + m.mnt() + "' --domain / --token @" +
+         file + " -- mkdir " + m.path("shared/from-file") + "\"");
+  EXPECT_EQ(0, status);
+  struct stat st;
+  EXPECT_EQ(0, stat(m.bpath("shared/from-file").c_str(), &st));
+  EXPECT_EQ("5", epoch(m));
+  EXPECT_EQ(0, sh("echo '" + sign(key, "/", 6) + "' | su nobody -s /bin/sh -c '" + c +
+                  " advance --mount " + m.mnt() + " / @-'"));
+  EXPECT_EQ("6", epoch(m));
+  sh_out(c + " advance --mount '" + m.mnt() + "' / @" + k.dir + "/missing 2>&1", &status);
+  EXPECT_EQ(200, status);
+  EXPECT_EQ("6", epoch(m));
+}
+
 TEST(Authority, KeyReadableByOthersRefusesToMount) {
   Key k(0644);
   std::string key = k.path, dir = k.dir;
