@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "integration/mount_fixture.h"
@@ -21,46 +22,66 @@ namespace {
 constexpr uid_t kNobody = 65534;
 constexpr size_t kBait = 1 << 16;
 
+// A child that maps the bait (a file on a second mount), runs prepare(), and, once the bait's
+// daemon is frozen, call(mapping): the page fault on the bait never completes, so the child stays
+// in system call `nr` (holding whatever that call holds). Returns the child once it sits there,
+// else -1 (the bait thawed, the child killed). SIGCONT to the bait's daemon lets it go.
+pid_t stall_in(const Mount& bait, int prot, int map, long nr, const std::function<bool()>& prepare,
+               const std::function<void(void*)>& call) {
+  int ready[2], go[2];
+  if (pipe(ready) != 0 || pipe(go) != 0) return -1;
+  fflush(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = open(bait.path("bait").c_str(), O_RDONLY);
+    void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, kBait, prot, map, fd, 0);
+    if (p == MAP_FAILED || !prepare()) _exit(2);
+    char c = 'r';
+    if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(5);
+    call(p);
+    _exit(0);
+  }
+  ::close(ready[1]);  // a child that gave up before `ready` reads as EOF
+  ::close(go[0]);
+  char c;
+  // Every thread stopped, or one still running could serve the fault meant to stall.
+  bool ok = read(ready[0], &c, 1) == 1 && freeze(bait.daemon_pid()) && write(go[1], "g", 1) == 1;
+  ::close(ready[0]);
+  ::close(go[1]);
+  auto in_call = [&] {
+    std::string sc = slurp("/proc/" + std::to_string(pid) + "/syscall");
+    return sc.rfind(std::to_string(nr) + " ", 0) == 0;
+  };
+  for (int t = 0; ok && t < 10000 && !in_call(); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (ok && in_call()) return pid;
+  kill(bait.daemon_pid(), SIGCONT);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
 TEST(CtlFreeze, StalledControlFileWriterDoesNotBlockCoordinators) {
   Mount m;
   // The hostile user's buffer: a never-read file on a second FUSE mount whose daemon we stop.
   Mount bait({}, [](const std::string& b) { spit(b + "/bait", std::string(kBait, 'x')); });
   ASSERT_TRUE(m.mounted() && bait.mounted());
-  int ready[2], go[2];
-  ASSERT_EQ(0, pipe(ready));
-  ASSERT_EQ(0, pipe(go));
-  pid_t hostile = fork();
-  if (hostile == 0) {
-    int fd = open(bait.path("bait").c_str(), O_RDONLY);
-    void* p = fd < 0 ? MAP_FAILED : mmap(nullptr, kBait, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) _exit(2);
-    if (setgid(kNobody) != 0 || setuid(kNobody) != 0) _exit(3);  // any user may do this
-    int ctl = open(m.ctl_path().c_str(), O_WRONLY);
-    if (ctl < 0) _exit(4);
-    char c = 'r';
-    if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(5);
-    (void)!write(ctl, p, kBait);  // faults on the bait: stalls while holding ctl's inode lock
-    _exit(0);
-  }
-  char c;
-  ASSERT_EQ(1, read(ready[0], &c, 1));
-  // Every thread stopped, or one still running could serve the fault meant to stall.
-  ASSERT_TRUE(freeze(bait.daemon_pid())) << "the bait's daemon did not stop";
+  int ctl = -1;
+  pid_t hostile = stall_in(
+      bait, PROT_READ, MAP_SHARED, SYS_write,
+      [&] {
+        if (setgid(kNobody) != 0 || setuid(kNobody) != 0) return false;  // any user may do this
+        return (ctl = open(m.ctl_path().c_str(), O_WRONLY)) >= 0;
+      },
+      // Stalls while holding ctl's inode lock.
+      [&](void* p) { (void)!write(ctl, p, kBait); });
+  ASSERT_GT(hostile, 0) << "the hostile writer never got stuck in write(2)";
   std::vector<pid_t> stuck;
   auto release = [&] {
     kill(bait.daemon_pid(), SIGCONT);
     for (pid_t p : stuck) waitpid(p, nullptr, 0);
     stuck.clear();
   };
-  ASSERT_EQ(1, write(go[1], "g", 1));
-  // Wait until the hostile writer sits in write(2) (syscall 1), stuck on the bait's page fault.
-  auto in_write = [&] {
-    std::string sc = slurp("/proc/" + std::to_string(hostile) + "/syscall");
-    return sc.rfind("1 ", 0) == 0;
-  };
-  for (int t = 0; t < 10000 && !in_write(); t += 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(in_write()) << "the hostile writer never got stuck in write(2)";
 
   // The stall is real: a shell writing a command to the control file is stuck behind it.
   pid_t left = -1;
@@ -107,39 +128,19 @@ TEST(CtlFreeze, TokenlessCallersDoNotWaitBehindAPendingAdvance) {
   });
   Mount bait({}, [](const std::string& b) { spit(b + "/bait", std::string(kBait, 'x')); });
   ASSERT_TRUE(m.mounted() && bait.mounted());
-  int ready[2], go[2];
-  ASSERT_EQ(0, pipe(ready));
-  ASSERT_EQ(0, pipe(go));
-  pid_t lister = fork();
-  if (lister == 0) {
-    int fd = open(bait.path("bait").c_str(), O_RDONLY);
-    void* p =
-        fd < 0 ? MAP_FAILED : mmap(nullptr, kBait, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    int dir = open(m.bpath("pub").c_str(), O_RDONLY | O_DIRECTORY);
-    if (p == MAP_FAILED || dir < 0) _exit(2);
-    char c = 'r';
-    if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) != 1) _exit(5);
-    // Holds pub's inode lock while the copy out faults on the bait.
-    (void)!syscall(SYS_getdents64, dir, p, kBait);
-    _exit(0);
-  }
-  char c;
-  ASSERT_EQ(1, read(ready[0], &c, 1));
-  ASSERT_TRUE(freeze(bait.daemon_pid())) << "the bait's daemon did not stop";
+  int dir = -1;
+  pid_t lister = stall_in(
+      bait, PROT_READ | PROT_WRITE, MAP_PRIVATE, SYS_getdents64,
+      [&] { return (dir = open(m.bpath("pub").c_str(), O_RDONLY | O_DIRECTORY)) >= 0; },
+      // Holds pub's inode lock while the copy out faults on the bait.
+      [&](void* p) { (void)!syscall(SYS_getdents64, dir, p, kBait); });
+  ASSERT_GT(lister, 0) << "the lister never got stuck in getdents64";
   std::vector<pid_t> stuck;
   auto release = [&] {
     kill(bait.daemon_pid(), SIGCONT);
     for (pid_t p : stuck) waitpid(p, nullptr, 0);
     stuck.clear();
   };
-  ASSERT_EQ(1, write(go[1], "g", 1));
-  auto in_getdents = [&] {
-    std::string sc = slurp("/proc/" + std::to_string(lister) + "/syscall");
-    return sc.rfind(std::to_string(SYS_getdents64) + " ", 0) == 0;
-  };
-  for (int t = 0; t < 10000 && !in_getdents(); t += 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  ASSERT_TRUE(in_getdents()) << "the lister never got stuck in getdents64";
 
   std::string c_ = FENCECTL_BIN;
   auto start = [&](const std::string& cmd) {

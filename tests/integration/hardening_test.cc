@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "integration/mount_fixture.h"
@@ -272,52 +273,74 @@ TEST(Hardening, NodevNosuidWhateverTheMountOptionsSay) {
   sh("rm -rf " + dir);
 }
 
-// ~20,000 read-only opens by one unprivileged user are refused long before the daemon runs out
-// of fds: a bind (a pidfd) and a bound job's write still work while they are held.
-TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
-  auto m = open_mount();
-  spit(m.bpath("r"), "readable\n");
-  int report[2], release[2];
-  ASSERT_EQ(0, pipe(report));
-  ASSERT_EQ(0, pipe(release));
-  // Several processes (each may hold up to RLIMIT_NOFILE fds, 20,000 here), as nobody, open
-  // until refused; they keep their files open until `release` is closed.
-  constexpr int kHogs = 3;
-  fflush(nullptr);
-  std::vector<pid_t> hogs;
-  for (int k = 0; k < kHogs; k++) {
+// Processes that, as nobody with their fd limit raised, open a path read-only until refused (at
+// most `max` times each) and hold what they opened until let_go(); each reports {opens, errno}.
+class Hogs {
+ public:
+  Hogs() {
+    if (pipe(report_) != 0 || pipe(release_) != 0) ADD_FAILURE() << "pipe: " << strerror(errno);
+  }
+  ~Hogs() { let_go(); }
+  void spawn(const std::string& path, int max) {
+    fflush(nullptr);
     pid_t pid = fork();
     if (pid == 0) {
-      ::close(report[0]);
-      ::close(release[1]);
+      ::close(report_[0]);
+      ::close(release_[1]);
       rlimit rl{};
       getrlimit(RLIMIT_NOFILE, &rl);
       rl.rlim_cur = rl.rlim_max;
       setrlimit(RLIMIT_NOFILE, &rl);
       if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
       int msg[2] = {0, 0};
-      for (; msg[0] < 15000; msg[0]++) {
-        if (open(m.path("r").c_str(), O_RDONLY) < 0) {
+      for (; msg[0] < max; msg[0]++) {
+        if (open(path.c_str(), O_RDONLY) < 0) {
           msg[1] = errno;
           break;
         }
       }
-      if (write(report[1], msg, sizeof msg) != sizeof msg) _exit(3);
+      if (write(report_[1], msg, sizeof msg) != sizeof msg) _exit(3);
       char c;
-      if (read(release[0], &c, 1) < 0) _exit(4);
+      if (read(release_[0], &c, 1) < 0) _exit(4);
       _exit(0);
     }
-    hogs.push_back(pid);
+    pids_.push_back(pid);
   }
-  ::close(report[1]);
-  ::close(release[0]);
+  // The next report: {opens, errno of the refusal or 0}; {-1, 0} when none came.
+  std::pair<int, int> result() {
+    int msg[2] = {-1, 0};
+    if (read(report_[0], msg, sizeof msg) != static_cast<ssize_t>(sizeof msg)) return {-1, 0};
+    return {msg[0], msg[1]};
+  }
+  void let_go() {
+    for (int* fd : {&release_[1], &report_[0], &release_[0], &report_[1]})
+      if (*fd >= 0) ::close(std::exchange(*fd, -1));
+    for (pid_t pid : pids_) waitpid(pid, nullptr, 0);
+    pids_.clear();
+  }
+
+ private:
+  int report_[2] = {-1, -1}, release_[2] = {-1, -1};
+  std::vector<pid_t> pids_;
+};
+
+// ~20,000 read-only opens by one unprivileged user are refused long before the daemon runs out
+// of fds: a bind (a pidfd) and a bound job's write still work while they are held.
+TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
+  auto m = open_mount();
+  spit(m.bpath("r"), "readable\n");
+  // Several processes (each may hold up to RLIMIT_NOFILE fds, 20,000 here), as nobody, open
+  // until refused; they keep their files open until let go.
+  constexpr int kHogs = 3;
+  Hogs hogs;
+  for (int k = 0; k < kHogs; k++) hogs.spawn(m.path("r"), 15000);
   int total = 0, refused = 0;
   for (int k = 0; k < kHogs; k++) {
-    int msg[2] = {0, 0};
-    ASSERT_EQ(static_cast<ssize_t>(sizeof msg), read(report[0], msg, sizeof msg));
-    total += msg[0];
-    if (msg[1]) {
-      EXPECT_TRUE(msg[1] == EMFILE || msg[1] == ENFILE) << strerror(msg[1]);
+    auto [opens, err] = hogs.result();
+    ASSERT_GE(opens, 0);
+    total += opens;
+    if (err) {
+      EXPECT_TRUE(err == EMFILE || err == ENFILE) << strerror(err);
       refused++;
     }
   }
@@ -339,9 +362,7 @@ TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
               return E(write(fd, "x", 1));
             }));
   EXPECT_NE(std::string::npos, m.daemon_log().find("open refused"));
-  ::close(release[1]);
-  ::close(report[0]);
-  for (pid_t pid : hogs) waitpid(pid, nullptr, 0);
+  hogs.let_go();
   // Once they are closed the user may open again.
   EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(m.path("r").c_str(), O_RDONLY)); }));
 }
@@ -352,38 +373,12 @@ TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
 TEST(Hardening, OpenStatusPagesOfOneUserAreBounded) {
   auto m = open_mount();
   const std::string status = m.path(".fencefs/status");
-  int report[2], release[2];
-  ASSERT_EQ(0, pipe(report));
-  ASSERT_EQ(0, pipe(release));
-  fflush(nullptr);
-  pid_t hog = fork();
-  if (hog == 0) {
-    ::close(report[0]);
-    ::close(release[1]);
-    rlimit rl{};
-    getrlimit(RLIMIT_NOFILE, &rl);
-    rl.rlim_cur = rl.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &rl);
-    if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) _exit(2);
-    int msg[2] = {0, 0};
-    for (; msg[0] < 12000; msg[0]++) {
-      if (open(status.c_str(), O_RDONLY) < 0) {
-        msg[1] = errno;
-        break;
-      }
-    }
-    if (write(report[1], msg, sizeof msg) != sizeof msg) _exit(3);
-    char c;
-    if (read(release[0], &c, 1) < 0) _exit(4);
-    _exit(0);
-  }
-  ::close(report[1]);
-  ::close(release[0]);
-  int msg[2] = {0, 0};
-  ASSERT_EQ(static_cast<ssize_t>(sizeof msg), read(report[0], msg, sizeof msg));
-  EXPECT_EQ(EMFILE, msg[1]) << "opened " << msg[0] << " times: " << strerror(msg[1]);
+  Hogs hog;
+  hog.spawn(status, 12000);
+  auto [opens, err] = hog.result();
+  EXPECT_EQ(EMFILE, err) << "opened " << opens << " times: " << strerror(err);
   // 64 MiB at 8 KiB at least per open: a fresh mount's status page is smaller than that.
-  EXPECT_EQ(8192, msg[0]);
+  EXPECT_EQ(8192, opens);
   EXPECT_NE(std::string::npos, m.daemon_log().find("open of a .fencefs file refused (EMFILE)"));
   // While they are held: root reads the page, another user opens it.
   EXPECT_NE(std::string::npos, slurp(status).find("\"domains\""));
@@ -392,9 +387,7 @@ TEST(Hardening, OpenStatusPagesOfOneUserAreBounded) {
                 return 200;
               return E(open(status.c_str(), O_RDONLY));
             }));
-  ::close(release[1]);
-  ::close(report[0]);
-  waitpid(hog, nullptr, 0);
+  hog.let_go();
   // Once they are closed the user may open it again.
   EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(status.c_str(), O_RDONLY)); }));
 }
