@@ -52,6 +52,11 @@ struct Domain {
   std::atomic<uint64_t> accepted{0};
   std::atomic<uint64_t> advances{0};
   std::atomic<int64_t> last_advance_unix_ns{0};
+  // Advances waiting for operations admitted before them to finish, and since when the first of
+  // them waits (Unix ns; 0: none): a stuck admitted operation keeps an advance waiting, by design,
+  // and operators see it in the status page and the metrics.
+  std::atomic<int> advances_waiting{0};
+  std::atomic<int64_t> advance_waiting_since_unix_ns{0};
   std::atomic<uint64_t> refused[static_cast<int>(Reason::kCount)] = {};
 };
 

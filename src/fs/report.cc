@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "common/json_writer.h"
@@ -60,6 +61,7 @@ std::string render_status_json(Fs& f) {
         .member("epoch_str", std::to_string(epoch))
         .member("last_advance_unix_ns", last_advance)
         .member("last_advance_unix_ns_str", std::to_string(last_advance))
+        .member("advance_waiting_since_unix_ns", d->advance_waiting_since_unix_ns.load())
         .member("accepted", d->accepted.load())
         .member("advances", d->advances.load())
         .key("refused")
@@ -188,6 +190,18 @@ std::string render_metrics(Fs& f) {
     if (int64_t ns = d->last_advance_unix_ns.load())
       out += fmt::format("fencefs_last_advance_timestamp_seconds{{domain=\"{}\"}} {:.3f}\n",
                          label(d->path), static_cast<double>(ns) / 1e9);
+  out +=
+      "# HELP fencefs_advance_waiting_seconds How long the oldest advance of each domain has "
+      "waited for operations admitted before it to finish (0: none waits).\n"
+      "# TYPE fencefs_advance_waiting_seconds gauge\n";
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  for (Domain* d : domains) {
+    int64_t since = d->advance_waiting_since_unix_ns.load();
+    out += fmt::format("fencefs_advance_waiting_seconds{{domain=\"{}\"}} {:.3f}\n", label(d->path),
+                       since ? static_cast<double>(std::max<int64_t>(0, now - since)) / 1e9 : 0.0);
+  }
   fs::WorkerCounts wc = fs::worker_counts();
   out += fmt::format(
       "# HELP fencefs_fuse_workers Threads of the request loop by state (0 with -s).\n"

@@ -160,6 +160,13 @@ TEST(CtlFreeze, TokenlessCallersDoNotWaitBehindAPendingAdvance) {
       "for i in \\$(seq 20); do (echo x > '" + m.path("t") + "'\\$i) 2>/dev/null & done; wait";
   EXPECT_EQ(0, start("setpriv --reuid=65534 --regid=65534 --clear-groups sh -c \"" + many + "\""));
   EXPECT_EQ(0, start("cat '" + m.path("readme") + "' >/dev/null"));
+  // Operators see the advance waiting: in the status page and the metrics.
+  EXPECT_EQ(std::string::npos,
+            slurp(m.path(".fencefs/status")).find("\"advance_waiting_since_unix_ns\":0"));
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  size_t at = metrics.find("fencefs_advance_waiting_seconds{");
+  ASSERT_NE(std::string::npos, at) << metrics;
+  EXPECT_GT(std::stod(metrics.substr(metrics.find("} ", at) + 2)), 1.0);
 
   release();
   ASSERT_GT(advance, 0);
@@ -167,6 +174,9 @@ TEST(CtlFreeze, TokenlessCallersDoNotWaitBehindAPendingAdvance) {
   ASSERT_EQ(advance, waitpid(advance, &st, 0));
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
   EXPECT_EQ("2", xattr(m.mnt(), "user.fencefs.epoch"));
+  EXPECT_NE(std::string::npos, m.daemon_log().find("an advance to epoch 2 waited"));
+  EXPECT_NE(std::string::npos,
+            slurp(m.path(".fencefs/status")).find("\"advance_waiting_since_unix_ns\":0"));
   ASSERT_EQ(lister, waitpid(lister, &st, 0));
   struct stat sb;
   EXPECT_EQ(0, ::stat(m.bpath("pub/new").c_str(), &sb));  // the admitted mkdir landed
