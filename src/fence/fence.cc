@@ -280,9 +280,11 @@ int Fence::settle(Domain& d, Epoch token, const Caller& c, const Op& op, const S
   // Refusals no later state can lift (no token; a token below the epoch, which never falls) are
   // made without the lock: behind an advance waiting for a slow admitted operation, each would
   // hold a worker, and tokenless callers could take every worker of the daemon.
-  if (Decision dec = decide(RequestKind::Admit, d, token);
-      dec.refused() && (dec.reason == Reason::Missing || dec.reason == Reason::Stale))
-    return refuse(c, s, std::move(dec));
+  if (token == 0 || token < d.epoch.load(std::memory_order_acquire)) {
+    Decision dec = decide(RequestKind::Admit, d, token);
+    if (dec.refused() && (dec.reason == Reason::Missing || dec.reason == Reason::Stale))
+      return refuse(c, s, std::move(dec));
+  }
   for (;;) {
     std::shared_lock lk(d.mu);
     bool settled = false, raise_due = false;
