@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
@@ -40,11 +41,17 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
+  // setfsuid to non-zero cleared the filesystem capabilities (all below 32): raise back the DAC
+  // overrides (dac), or whichever of them the caller has itself, as natively.
+  constexpr uint32_t kFsCaps = (1u << CAP_CHOWN) | (1u << CAP_DAC_OVERRIDE) |
+                               (1u << CAP_DAC_READ_SEARCH) | (1u << CAP_FOWNER) |
+                               (1u << CAP_FSETID) | (1u << CAP_MKNOD);
+  const uint32_t raise = dac ? (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH)
+                             : static_cast<uint32_t>(proc::effective_caps(c->pid)) & kFsCaps;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
-  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
-    uint32_t dac = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
-    data[0].effective |= dac & data[0].permitted;
+  if (raise && syscall(SYS_capget, &hdr, data) == 0) {
+    data[0].effective |= raise & data[0].permitted;
     syscall(SYS_capset, &hdr, data);
   }
   switched_ = true;

@@ -90,9 +90,10 @@ struct Handle {
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
   uid_t charged_uid = 0;           // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
-  size_t page_charge = 0;         // .fencefs files: bytes charged to the PageBudget
-  bool opened_by_issuer = false;  // .fencefs/ctl: whether an issuer opened it (Fence::authorize)
-  PageCache* tracker = nullptr;   // set while it may write through a shared mapping
+  size_t page_charge = 0;           // .fencefs files: bytes charged to the PageBudget
+  bool opened_by_issuer = false;    // .fencefs/ctl: whether an issuer opened it (Fence::authorize)
+  bool page_shared_exempt = false;  // its PageBudget charge is outside the shared pool
+  PageCache* tracker = nullptr;     // set while it may write through a shared mapping
   // The ReadCache drop of this read-only open, confirmed by the handle's first READ (which comes
   // only after the open(2) that dropped the pages has returned).
   std::atomic<uint64_t> drop{0};
@@ -263,7 +264,8 @@ const fuse_lowlevel_ops& operations();
 class AsCaller {
  public:
   // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
-  // dac=false: no override either, for objects the kernel has not checked (with all groups).
+  // dac=false: no override either, for objects the kernel has not checked (with all groups, and
+  // the filesystem capabilities the caller itself has effective: CAP_FOWNER, CAP_DAC_OVERRIDE…).
   AsCaller(fuse_req_t req, mode_t mode, bool dac = true);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;

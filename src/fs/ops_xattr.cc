@@ -4,6 +4,7 @@
 #include <sys/xattr.h>
 
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,12 +23,24 @@ bool reserved(const char* name) {
   return strncmp(name, "user.fencefs.", 13) == 0 || is_trusted_fencefs(name);
 }
 
+bool is_acl(const char* name) { return strncmp(name, "system.posix_acl_", 17) == 0; }
+
 // A set or removal the daemon may not make: its own names, virtual files, and ACLs that the
 // kernel would not enforce (they would hold on BACKING and not through the mount).
 int refused(Fs& f, Inode& i, const char* name) {
   if (is_virtual(i) || reserved(name)) return EPERM;
-  if (strncmp(name, "system.posix_acl_", 17) == 0 && !f.acls_enforced()) return EOPNOTSUPP;
+  if (is_acl(name) && !f.acls_enforced()) return EOPNOTSUPP;
   return 0;
+}
+
+// The kernel checked the caller's right to the attribute (write permission, capabilities, an
+// ACL's owner). An ACL is still set with the caller's own credentials: whether it clears the
+// set-group-ID bit depends on the caller's groups, which the kernel does not pass on.
+template <typename Fn>
+int as_needed(fuse_req_t req, const char* name, Fn call) {
+  std::optional<AsCaller> as;
+  if (is_acl(name)) as.emplace(req, 0, false);
+  return call() == 0 ? 0 : errno;
 }
 
 // The inspection attributes user.fencefs.* of a real inode, as this caller sees them: the domain's
@@ -59,13 +72,8 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "setxattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  {
-    // With the caller's own rights, as on the disk below: an ACL is its owner's to set, a user.*
-    // attribute needs write permission, and the set-group-id bit an ACL may clear is judged by the
-    // caller's groups.
-    AsCaller as(req, 0, false);
-    err = setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags) == 0 ? 0 : errno;
-  }
+  err = as_needed(req, name,
+                  [&] { return setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags); });
   if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
@@ -79,10 +87,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "removexattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  {
-    AsCaller as(req, 0, false);  // as setxattr
-    err = removexattr(f.proc_path(i.fd).c_str(), name) == 0 ? 0 : errno;
-  }
+  err = as_needed(req, name, [&] { return removexattr(f.proc_path(i.fd).c_str(), name); });
   if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);

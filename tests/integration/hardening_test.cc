@@ -2,8 +2,10 @@
 // turned against the fence or against the host: real mounts, hostile placements.
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -471,6 +473,24 @@ TEST(Hardening, AclsApplyThroughTheMountAsOnTheDiskBelow) {
             }));
   EXPECT_EQ(EACCES, open_as(kOther, m.path("shared/new"), O_WRONLY));
   EXPECT_EQ(0, open_as(kNobody, m.path("shared/new"), O_WRONLY));
+
+  // A caller with CAP_FOWNER sets an ACL on a file it does not own, as natively.
+  spit(m.bpath("roots"), "root's\n");
+  auto as_fowner = [&](const std::string& path) {
+    return in_child([&] {
+      if (!path.empty() && path.rfind(m.mnt(), 0) == 0 && m.ctl("bind / 1") != 0) return 200;
+      if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 ||
+          setuid(kNobody) != 0)
+        return 201;
+      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2] = {};
+      data[0].effective = data[0].permitted = 1u << CAP_FOWNER;
+      if (syscall(SYS_capset, &hdr, data) != 0) return 202;
+      return set_acl(path, "system.posix_acl_access");
+    });
+  };
+  ASSERT_EQ(0, as_fowner(m.bpath("roots")));
+  EXPECT_EQ(0, as_fowner(m.path("roots")));
 }
 
 // BACKING on a filesystem mounted noexec, without ACLs (ramfs keeps no xattrs): nothing it may not
