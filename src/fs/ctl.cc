@@ -180,8 +180,13 @@ void ctl_open(fuse_req_t req, Inode& i, fuse_file_info* fi) {
   h->charged_uid = fuse_req_ctx(req)->uid;
   // A set-uid program may be handed a descriptor to write to (its output): an issuer's authority
   // goes only into a file an issuer opened.
-  if (i.kind == Kind::CtlFile) h->opened_by_issuer = f.fence().is_issuer(f.caller(req));
-  if (int err = f.pages().take(h->charged_uid, h->content.size(), &h->page_charge)) {
+  const bool issuer = f.fence().is_issuer(f.caller(req));
+  if (i.kind == Kind::CtlFile) h->opened_by_issuer = issuer;
+  // Users filling the shared pool with status pages never keep an issuer, or a holder of a signed
+  // token, from the control file.
+  h->page_shared_exempt = issuer || i.kind == Kind::CtlFile;
+  if (int err = f.pages().take(h->charged_uid, h->content.size(), &h->page_charge,
+                               h->page_shared_exempt)) {
     delete h;
     return (void)fuse_reply_err(req, err);
   }

@@ -74,16 +74,17 @@ void FdBudget::give(uid_t uid) {
   }
 }
 
-int PageBudget::take(uid_t uid, size_t bytes, size_t* charged) {
+int PageBudget::take(uid_t uid, size_t bytes, size_t* charged, bool shared_exempt) {
   *charged = std::max(bytes, kMinCharge);
+  const bool shared = uid != 0 && !shared_exempt;
   common::UniqueLock lk(mu_);
   size_t& mine = by_uid_[uid];
-  int err = mine + *charged > per_uid_                       ? EMFILE
-            : uid != 0 && unprivileged_ + *charged > shared_ ? ENFILE
-                                                             : 0;
+  int err = mine + *charged > per_uid_                     ? EMFILE
+            : shared && unprivileged_ + *charged > shared_ ? ENFILE
+                                                           : 0;
   if (!err) {
     mine += *charged;
-    if (uid != 0) unprivileged_ += *charged;
+    if (shared) unprivileged_ += *charged;
     return 0;
   }
   size_t held = mine;
@@ -94,21 +95,21 @@ int PageBudget::take(uid_t uid, size_t bytes, size_t* charged) {
   if (once_a_second(last_log_))
     log::warn(
         "open of a .fencefs file refused ({}): uid {} holds {} KiB of open status, metrics and "
-        "ctl pages (at most {} KiB per user, {} KiB for all users but root together; {} refused "
-        "so far)",
+        "ctl pages (at most {} KiB per user, {} KiB of status and metrics pages for all users but "
+        "root and issuers together; {} refused so far)",
         err == EMFILE ? "EMFILE" : "ENFILE", uid, held / 1024, per_uid_ / 1024, shared_ / 1024,
         refused_.load());
   return err;
 }
 
-void PageBudget::give(uid_t uid, size_t charged) {
+void PageBudget::give(uid_t uid, size_t charged, bool shared_exempt) {
   if (charged == 0) return;
   common::MutexLock lk(mu_);
   if (auto it = by_uid_.find(uid); it != by_uid_.end()) {
     it->second -= std::min(it->second, charged);
     if (it->second == 0) by_uid_.erase(it);
   }
-  if (uid != 0) unprivileged_ -= std::min(unprivileged_, charged);
+  if (uid != 0 && !shared_exempt) unprivileged_ -= std::min(unprivileged_, charged);
 }
 
 }  // namespace fencefs::fs

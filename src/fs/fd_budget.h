@@ -51,10 +51,11 @@ class PageBudget {
   static constexpr size_t kMinCharge = 8192;
   PageBudget(size_t per_uid, size_t shared) : per_uid_(per_uid), shared_(shared) {}
 
-  // 0, EMFILE (uid over its share) or ENFILE (all callers but root together over theirs). *charged:
-  // what give() must return.
-  int take(uid_t uid, size_t bytes, size_t* charged);
-  void give(uid_t uid, size_t charged);
+  // 0, EMFILE (uid over its share) or ENFILE (all callers together over theirs; never for root or
+  // a `shared_exempt` open: an issuer's, or of ctl, so that a few users cannot keep everyone
+  // else from binding or advancing). *charged: what give() must return.
+  int take(uid_t uid, size_t bytes, size_t* charged, bool shared_exempt = false);
+  void give(uid_t uid, size_t charged, bool shared_exempt = false);
 
   size_t per_uid() const { return per_uid_; }
   size_t shared() const { return shared_; }

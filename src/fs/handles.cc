@@ -27,7 +27,7 @@ void Fs::close_handle(Handle* h) {
   if (h->fd >= 0) ::close(h->fd);
   if (real) h->inode->open_handles--;
   if (h->charged) budget().give(h->charged_uid);
-  pages().give(h->charged_uid, h->page_charge);
+  pages().give(h->charged_uid, h->page_charge, h->page_shared_exempt);
   delete h;
 }
 

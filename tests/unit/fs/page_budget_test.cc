@@ -43,5 +43,23 @@ TEST(PageBudget, OneUsersShareLeavesTheOthersTheirs) {
   EXPECT_EQ(0, b.take(1000, 0, &c[0]));
 }
 
+// Opens of ctl, and an issuer's, are outside the shared pool: users who fill it with status pages
+// do not keep anyone from binding or advancing.
+TEST(PageBudget, ExemptOpensAreOutsideTheSharedPool) {
+  PageBudget b(2 * kMin, 2 * kMin);
+  size_t c[4] = {};
+  EXPECT_EQ(0, b.take(1000, 0, &c[0]));
+  EXPECT_EQ(0, b.take(1001, 0, &c[1]));
+  EXPECT_EQ(ENFILE, b.take(1002, 0, &c[2]));
+  EXPECT_EQ(0, b.take(1002, 0, &c[2], true));
+  EXPECT_EQ(0, b.take(1002, 0, &c[3], true));
+  size_t over = 0;
+  EXPECT_EQ(EMFILE, b.take(1002, 0, &over, true));  // its own share still holds
+  b.give(1002, c[2], true);                         // gives nothing back to the pool
+  EXPECT_EQ(ENFILE, b.take(1003, 0, &over));
+  b.give(1000, c[0]);
+  EXPECT_EQ(0, b.take(1003, 0, &over));
+}
+
 }  // namespace
 }  // namespace fencefs::fs
