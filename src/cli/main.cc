@@ -1,7 +1,9 @@
 // fencectl: the operator's and the job wrapper's side of fencefs.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -74,16 +76,21 @@ void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
 std::string token_arg(const std::string& arg) {
   if (arg.empty() || arg[0] != '@') return arg;
   const std::string file = arg.substr(1);
-  std::ifstream f;
-  if (file != "-") f.open(file);
-  std::istream& in = file == "-" ? std::cin : f;
+  // Byte by byte and unbuffered: from standard input, what follows the line is the job's.
+  int fd = file == "-" ? 0 : open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) usage_error("cannot read a token from " + file + ": " + common::errstr(errno));
   std::string line;
-  if ((file != "-" && !f.is_open()) || !std::getline(in, line))
-    usage_error("cannot read a token from " + (file == "-" ? std::string("standard input") : file) +
-                (file != "-" && !f.is_open() ? ": " + common::errstr(errno) : ""));
-  const char* ws = " \t\r\n";
+  char c;
+  ssize_t n;
+  while ((n = read(fd, &c, 1)) == 1 && c != '\n' && line.size() < 4096) line += c;
+  const int err = errno;
+  if (fd != 0) close(fd);
+  if (n < 0) usage_error("cannot read a token from " + file + ": " + common::errstr(err));
+  const char* ws = " \t\r";
   size_t b = line.find_first_not_of(ws), e = line.find_last_not_of(ws);
-  return b == std::string::npos ? std::string() : line.substr(b, e - b + 1);
+  if (b == std::string::npos)
+    usage_error("no token in " + (file == "-" ? std::string("standard input") : file));
+  return line.substr(b, e - b + 1);
 }
 
 }  // namespace fencefs::cli

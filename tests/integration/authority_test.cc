@@ -157,6 +157,11 @@ TEST(Authority, SignedTokensFromAFileStayOutOfTheProcessList) {
   EXPECT_EQ(0, sh("echo '" + sign(key, "/", 6) + "' | su nobody -s /bin/sh -c '" + c +
                   " advance --mount " + m.mnt() + " / @-'"));
   EXPECT_EQ("6", epoch(m));
+  // From standard input, the token's line alone is read: the rest is the job's.
+  EXPECT_EQ(
+      0, sh("printf '%s\\nfor the job\\n' '" + sign(key, "/", 6) + "' | " + c + " run --mount '" +
+            m.mnt() + "' --domain / --token @- -- sh -c 'cat > " + m.path("shared/stdin") + "'"));
+  EXPECT_EQ("for the job\n", slurp(m.bpath("shared/stdin")));
   sh_out(c + " advance --mount '" + m.mnt() + "' / @" + k.dir + "/missing 2>&1", &status);
   EXPECT_EQ(200, status);
   EXPECT_EQ("6", epoch(m));
