@@ -88,6 +88,10 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
       res = ftruncate(fd, attr->st_size);
     } else {
       int tfd = open_unleased(path.c_str(), O_WRONLY | O_CLOEXEC);  // truncate(2) waits out leases
+      if (tfd < 0 && errno == EMFILE) {
+        f.reclaim_fds();
+        tfd = open_unleased(path.c_str(), O_WRONLY | O_CLOEXEC);
+      }
       res = tfd < 0 || ftruncate(tfd, attr->st_size) != 0 ? errno : 0;
       if (tfd >= 0) ::close(tfd);
       if (res) return (void)fuse_reply_err(req, res);
