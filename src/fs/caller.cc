@@ -7,7 +7,6 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "common/proc.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
@@ -41,16 +40,13 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
-  // setfsuid to non-zero cleared the filesystem capabilities (all below 32): raise back the DAC
-  // overrides (dac), or whichever of them the caller has itself, as natively.
-  constexpr uint32_t kFsCaps = (1u << CAP_CHOWN) | (1u << CAP_DAC_OVERRIDE) |
-                               (1u << CAP_DAC_READ_SEARCH) | (1u << CAP_FOWNER) |
-                               (1u << CAP_FSETID) | (1u << CAP_MKNOD);
-  const uint32_t raise = dac ? (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH)
-                             : static_cast<uint32_t>(proc::effective_caps(c->pid)) & kFsCaps;
+  // setfsuid to non-zero cleared the filesystem capabilities. The caller's own cannot be known:
+  // /proc shows a thread's standing credentials, not those a request runs with (an io_uring
+  // worker's date from its creation), so with dac=false none is raised.
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
-  if (raise && syscall(SYS_capget, &hdr, data) == 0) {
+  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
+    uint32_t raise = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
     data[0].effective |= raise & data[0].permitted;
     syscall(SYS_capset, &hdr, data);
   }

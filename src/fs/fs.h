@@ -264,8 +264,7 @@ const fuse_lowlevel_ops& operations();
 class AsCaller {
  public:
   // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
-  // dac=false: no override either, for objects the kernel has not checked (with all groups, and
-  // the filesystem capabilities the caller itself has effective: CAP_FOWNER, CAP_DAC_OVERRIDE…).
+  // dac=false: no override either, for objects the kernel has not checked (with all groups).
   AsCaller(fuse_req_t req, mode_t mode, bool dac = true);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;

@@ -1,6 +1,7 @@
 // Extended attributes. user.fencefs.* are virtual and read-only (listed with -o list_xattrs);
 // trusted.fencefs.* hold the stamps in BACKING and are neither visible nor writable through the
 // mount.
+#include <sys/stat.h>
 #include <sys/xattr.h>
 
 #include <cstring>
@@ -33,13 +34,20 @@ int refused(Fs& f, Inode& i, const char* name) {
   return 0;
 }
 
-// The kernel checked the caller's right to the attribute (write permission, capabilities, an
-// ACL's owner). An ACL is still set with the caller's own credentials: whether it clears the
-// set-group-ID bit depends on the caller's groups, which the kernel does not pass on.
+// The kernel checked the caller's right to user.*, trusted.*, security.* and POSIX ACLs (write
+// permission, capabilities, an ACL's owner or CAP_FOWNER). An ACL set by the file's owner is
+// still set with the owner's credentials: whether it clears the set-group-ID bit depends on the
+// caller's groups. Other system.* names (a backing filesystem's own ACLs, such as NFSv4's) the
+// kernel leaves to the filesystem: only the caller's credentials, never root's, may set them.
 template <typename Fn>
-int as_needed(fuse_req_t req, const char* name, Fn call) {
+int as_needed(fuse_req_t req, Inode& i, const char* name, Fn call) {
   std::optional<AsCaller> as;
-  if (is_acl(name)) as.emplace(req, 0, false);
+  struct stat st;
+  if (is_acl(name)) {
+    if (fstat(i.fd, &st) == 0 && st.st_uid == fuse_req_ctx(req)->uid) as.emplace(req, 0, false);
+  } else if (strncmp(name, "system.", 7) == 0) {
+    as.emplace(req, 0, false);
+  }
   return call() == 0 ? 0 : errno;
 }
 
@@ -72,7 +80,7 @@ void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* v
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "setxattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  err = as_needed(req, name,
+  err = as_needed(req, i, name,
                   [&] { return setxattr(f.proc_path(i.fd).c_str(), name, value, size, flags); });
   if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
@@ -87,7 +95,7 @@ void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Domain* d = nullptr;
   int err = admit_at(req, i, nullptr, "removexattr", &a, true, &d);
   if (err) return (void)fuse_reply_err(req, err);
-  err = as_needed(req, name, [&] { return removexattr(f.proc_path(i.fd).c_str(), name); });
+  err = as_needed(req, i, name, [&] { return removexattr(f.proc_path(i.fd).c_str(), name); });
   if (err) return (void)fuse_reply_err(req, err);
   f.stamp(i, -1, a.token(), *d);
   fuse_reply_err(req, 0);
