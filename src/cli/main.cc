@@ -76,20 +76,27 @@ void fail(const std::string& msg) { std::cerr << "fencectl: " << msg << "\n"; }
 std::string token_arg(const std::string& arg) {
   if (arg.empty() || arg[0] != '@') return arg;
   const std::string file = arg.substr(1);
+  const std::string from = file == "-" ? std::string("standard input") : file;
   // Byte by byte and unbuffered: from standard input, what follows the line is the job's.
   int fd = file == "-" ? 0 : open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) usage_error("cannot read a token from " + file + ": " + common::errstr(errno));
+  if (fd < 0) usage_error("cannot read a token from " + from + ": " + common::errstr(errno));
+  constexpr size_t kMaxLine = 4096;
   std::string line;
   char c;
   ssize_t n;
-  while ((n = read(fd, &c, 1)) == 1 && c != '\n' && line.size() < 4096) line += c;
+  while ((n = read(fd, &c, 1)) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 || c == '\n') break;
+    if (line.size() == kMaxLine)
+      usage_error("the first line of " + from + " is too long for a token");
+    line += c;
+  }
   const int err = errno;
   if (fd != 0) close(fd);
-  if (n < 0) usage_error("cannot read a token from " + file + ": " + common::errstr(err));
+  if (n < 0) usage_error("cannot read a token from " + from + ": " + common::errstr(err));
   const char* ws = " \t\r";
   size_t b = line.find_first_not_of(ws), e = line.find_last_not_of(ws);
-  if (b == std::string::npos)
-    usage_error("no token in " + (file == "-" ? std::string("standard input") : file));
+  if (b == std::string::npos) usage_error("no token in " + from);
   return line.substr(b, e - b + 1);
 }
 

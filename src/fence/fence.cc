@@ -164,16 +164,18 @@ int Fence::follow(Domain& d, Epoch token, bool uncommitted, const std::function<
 
 int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
                        const std::function<int()>& flush, bool uncommitted, Epoch* acquired) {
-  const int64_t asked = now_ns();
-  if (d.advances_waiting.fetch_add(1) == 0) d.advance_waiting_since_unix_ns.store(asked);
+  const auto asked = std::chrono::steady_clock::now();
+  if (d.advances_waiting.fetch_add(1) == 0) d.advance_waiting_since_unix_ns.store(now_ns());
   std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
   if (d.advances_waiting.fetch_sub(1) == 1) d.advance_waiting_since_unix_ns.store(0);
   Epoch before = d.epoch.load();
-  if (double waited = static_cast<double>(now_ns() - asked) / 1e9; waited >= 1)
+  if (double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+      waited >= 1)
     log::warn(
-        "domain {}: an advance to epoch {} waited {:.1f} s for operations admitted under "
-        "epoch {} to finish",
-        d.path, token, waited, before);
+        "domain {}: an advance waited {:.1f} s for the operations admitted before it to finish "
+        "(epoch {} then)",
+        d.path, waited, before);
   if (acquired) {
     *acquired = before;
     if (token == 0 && before >= kMaxToken) return ERANGE;

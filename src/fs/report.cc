@@ -54,6 +54,7 @@ std::string render_status_json(Fs& f) {
   for (Domain* d : f.fence().domains().all()) {
     Epoch epoch = d->epoch.load();
     auto last_advance = d->last_advance_unix_ns.load();
+    int64_t waiting_since = d->advance_waiting_since_unix_ns.load();
     w.begin_object()
         .member("id", d->id)
         .member("path", d->path)
@@ -61,7 +62,8 @@ std::string render_status_json(Fs& f) {
         .member("epoch_str", std::to_string(epoch))
         .member("last_advance_unix_ns", last_advance)
         .member("last_advance_unix_ns_str", std::to_string(last_advance))
-        .member("advance_waiting_since_unix_ns", d->advance_waiting_since_unix_ns.load())
+        .member("advance_waiting_since_unix_ns", waiting_since)
+        .member("advance_waiting_since_unix_ns_str", std::to_string(waiting_since))
         .member("accepted", d->accepted.load())
         .member("advances", d->advances.load())
         .key("refused")

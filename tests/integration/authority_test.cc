@@ -162,6 +162,11 @@ TEST(Authority, SignedTokensFromAFileStayOutOfTheProcessList) {
       0, sh("printf '%s\\nfor the job\\n' '" + sign(key, "/", 6) + "' | " + c + " run --mount '" +
             m.mnt() + "' --domain / --token @- -- sh -c 'cat > " + m.path("shared/stdin") + "'"));
   EXPECT_EQ("for the job\n", slurp(m.bpath("shared/stdin")));
+  // A line longer than any token is refused, not cut short with its rest given to the job.
+  sh_out("(printf 5; head -c 5000 /dev/zero | tr '\\0' ' '; echo x) | " + c + " run --mount '" +
+             m.mnt() + "' --domain / --token @- -- true 2>&1",
+         &status);
+  EXPECT_EQ(200, status);
   sh_out(c + " advance --mount '" + m.mnt() + "' / @" + k.dir + "/missing 2>&1", &status);
   EXPECT_EQ(200, status);
   EXPECT_EQ("6", epoch(m));
