@@ -57,8 +57,5 @@ std::optional<Identity> identity_of(pid_t tid);
 // Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),
 // which hides trusted.* names from everyone else). False when gone or unknown.
 bool sys_admin_capable(pid_t tid);
-// The effective capabilities of thread tid (CapEff) when it is in the daemon's user namespace,
-// where they are the kernel's capable(); 0 elsewhere, or when it is gone.
-uint64_t effective_caps(pid_t tid);
 
 }  // namespace fencefs::proc
