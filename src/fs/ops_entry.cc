@@ -86,6 +86,9 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int valid, fu
   if (valid & FUSE_SET_ATTR_SIZE) {
     if (fd >= 0) {
       res = ftruncate(fd, attr->st_size);
+    } else if (i.type != S_IFREG) {
+      // The kernel truncates regular files only; never open a FIFO or device below as root.
+      return (void)fuse_reply_err(req, i.type == S_IFDIR ? EISDIR : EINVAL);
     } else {
       int tfd = open_unleased(path.c_str(), O_WRONLY | O_CLOEXEC);  // truncate(2) waits out leases
       if (tfd < 0 && errno == EMFILE) {
