@@ -334,14 +334,17 @@ as() {
 }
 
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k reread_1m legacy_t1 legacy_t4
-  cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink)
+  cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink
+  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_meta_create cpu_meta_unlink)
+DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k
+  cpu_meta_create cpu_meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
   for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
   done
 fi
 if has raw; then
-  for k in cpu_legacy_t1 cpu_legacy_t4 req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
+  for k in "${DAEMON_KEYS[@]}" req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
 fi
 for c in passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs; do
   if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
@@ -356,20 +359,28 @@ fi
 # Overlay workloads on tmpfs, interleaved: for each round, for each workload, A B C.
 # ---------------------------------------------------------------------------------------------
 run_fio() {  # run_fio KEY CONTENDER ROUND RW BS FIELD
-  local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out
+  local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out pid t0 t1
   d=$(workdir "$c")
   out=$W/fio-$key-$c-$r.json
+  pid=$(daemon_pid "$c")
+  [ -n "$pid" ] && t0=$(daemon_ticks "$pid")
   if as "$c" fio --name="$key" --filename="$d/fio.dat" --rw="$rw" --bs="$bs" --size="$FIO_SIZE" \
       --ioengine=psync --runtime="$FIO_RUNTIME" --time_based --output-format=json \
       --output="$out" >"$W/fio.err" 2>&1; then
-    local v
-    v=$(python3 -c '
+    [ -n "$pid" ] && t1=$(daemon_ticks "$pid")
+    local v ios
+    read -r v ios < <(python3 -c '
 import json, sys
 j = json.load(open(sys.argv[1]))["jobs"][0]
 side = "read" if sys.argv[2].endswith("read") else "write"
-print("%.1f" % (j[side]["bw_bytes"] / 1e6 if sys.argv[3] == "mbps" else j[side]["iops"]))
+print("%.1f" % (j[side]["bw_bytes"] / 1e6 if sys.argv[3] == "mbps" else j[side]["iops"]), j[side]["total_ios"])
 ' "$out" "$rw" "$field")
     record "$key" "$c" "$r" "$v"
+    # Daemon CPU per read(2) or write(2) of the run: the steadier figure beside its throughput.
+    if [ -n "$pid" ] && [ "${ios:-0}" -gt 0 ]; then
+      record "cpu_$key" "$c" "$r" \
+        "$(awk -v a="$t0" -v b="$t1" -v n="$ios" -v hz="$CLK_TCK" 'BEGIN { printf "%.2f", (b - a) * 1e6 / hz / n }')"
+    fi
   else
     note "$key" "$c" "round $r: fio failed: $(tail -2 "$W/fio.err")"
   fi
@@ -425,11 +436,18 @@ run_legacy() {  # run_legacy CONTENDER ROUND THREADS
 run_meta() {  # run_meta CONTENDER ROUND
   local c=$1 r=$2 d out=$W/meta.out
   d=$(workdir "$c")/meta-$r
-  if as "$c" mkdir -p "$d" && as "$c" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
+  if as "$c" mkdir -p "$d" &&
+    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
     record meta_create "$c" "$r" "$(kv create_ops_per_s "$out")"
     record meta_stat "$c" "$r" "$(kv stat_ops_per_s "$out")"
     record meta_list "$c" "$r" "$(kv list_entries_per_s "$out")"
     record meta_unlink "$c" "$r" "$(kv unlink_ops_per_s "$out")"
+    local k
+    for k in create unlink; do
+      if [ -n "$(kv "${k}_daemon_us_per_op" "$out")" ]; then
+        record "cpu_meta_$k" "$c" "$r" "$(kv "${k}_daemon_us_per_op" "$out")"
+      fi
+    done
   else
     note meta_create "$c" "round $r: $(tail -1 "$W/meta.err")"
   fi
