@@ -126,9 +126,9 @@ if has passthrough_hp; then
     fetch_example passthrough_hp.cc
     if has_example cxxopts.hpp; then fetch_example cxxopts.hpp
     elif [ -f /usr/include/cxxopts.hpp ]; then cp /usr/include/cxxopts.hpp "$B/src/"; fi
+    # shellcheck disable=SC2046
     if [ ! -f "$B/src/cxxopts.hpp" ]; then
       HP_REASON="not built: cxxopts.hpp is neither in $EX nor in /usr/include (libcxxopts-dev)"
-    # shellcheck disable=SC2046
     elif c++ -std=c++17 -O2 -I"$B/src" -o "$B/passthrough_hp" "$B/src/passthrough_hp.cc" \
         $(pkg-config --cflags --libs fuse3) -lpthread 2>"$B/passthrough_hp.build.log"; then
       HP_BIN=$B/passthrough_hp
@@ -514,8 +514,9 @@ trace_jobs() {
   conn=$(conn_of "${MNT_OF[$c]}")
   [ -n "$conn" ] || { echo "no mountinfo line for ${MNT_OF[$c]}" >"$W/count.err"; return 1; }
   # (Called in a condition, so set -e does not apply: every step checks for itself.)
-  echo "connection == $conn" >"$ev/filter" && : >"$TI/trace" ||
-    { echo "cannot set the tracepoint's filter in $TI" >"$W/count.err"; return 1; }
+  if ! { echo "connection == $conn" >"$ev/filter" && : >"$TI/trace"; }; then
+    echo "cannot set the tracepoint's filter in $TI" >"$W/count.err"; return 1
+  fi
   if [ "$c" = fencefs ]; then ff_requests >"$W/ff.before" || { echo "cannot read $FF_MNT/.fencefs/metrics" >"$W/count.err"; return 1; }; fi
   echo 1 >"$ev/enable" || { echo "cannot enable the tracepoint in $TI" >"$W/count.err"; return 1; }
   local rc=0

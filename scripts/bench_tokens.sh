@@ -11,7 +11,7 @@
 set -euo pipefail
 FENCEFS=$1 FENCECTL=$2 N=${3:-200}
 D=$(mktemp -d /tmp/fencefs-bench-tokens.XXXXXX)
-ETCD_PID= FF_PID=
+ETCD_PID="" FF_PID=""
 cleanup() {
   # etcd exits 143 on SIGTERM: under set -e a bare failing wait would end the cleanup here.
   if [ -n "$ETCD_PID" ] && kill "$ETCD_PID" 2>/dev/null; then wait "$ETCD_PID" 2>/dev/null || true; fi

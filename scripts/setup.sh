@@ -7,14 +7,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compiler, libraries. Test: tools the integration tests drive as legacy jobs, promtool
-# (prometheus). Bench: mergerfs and bindfs, the overlays scripts/bench.sh compares against.
+# (prometheus), shellcheck for the scripts. Bench: mergerfs and bindfs, the overlays scripts/bench.sh compares against.
 PKGS=(
   build-essential cmake pkg-config git
   libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev libmount-dev libsystemd-dev
   attr rsync sqlite3 lmdb-utils tar fio fiu-utils libfiu-dev e2fsprogs openssl
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
   libcurl4-openssl-dev etcd-server etcd-client
-  systemd man-db groff-base jq file
+  systemd man-db groff-base jq file shellcheck
   prometheus mergerfs bindfs
 )
 

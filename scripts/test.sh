@@ -8,7 +8,7 @@
 # Mounts made by the tests live below a directory of this run (FENCEFS_TEST_TMP), and the cleanup
 # unmounts only those: other runs on the same machine are left alone.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 PARTS=" ${TEST_PARTS:-format tidy clang unit mount shell asan fuzz} "
 [ -n "${SKIP_SANITIZE:-}" ] && PARTS=${PARTS/ asan / }
 [ -n "${SKIP_FUZZ:-}" ] && PARTS=${PARTS/ fuzz / }
@@ -57,6 +57,7 @@ fi
 if want format; then
   # Files over 500 lines and functions over 80 need a `// long: <reason>` comment.
   run "size" scripts/check_size.py src
+  run "shellcheck" sh -c 'shellcheck -S warning scripts/*.sh tests/shell/*.sh .ci/run'
 fi
 if want tidy; then
   # .clang-tidy holds the checks (and why each disabled one is off) and makes findings errors;

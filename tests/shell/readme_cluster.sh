@@ -2,7 +2,7 @@
 # Runs the README's two-mount cluster walkthrough as a new user would paste it (a real etcd on
 # 127.0.0.1:2379), and checks what they see.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:-build}
 script=$(awk '/^## Several hosts/{w=1} w&&/^```sh$/{c=1;next} c&&/^```$/{exit} c{print}' README.md)
 [ -n "$script" ] || { echo "no cluster block in README.md"; echo "0 passed, 1 failed"; exit 1; }

@@ -2,7 +2,7 @@
 # Runs the README's etcd example (a paused holder losing its lease) as a new user would paste it,
 # on a free port and a private dir instead of 2379 and /tmp/demo, and checks what they see.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:-build}
 script=$(awk '/^## Getting tokens/{g=1} g&&/^```sh$/{n++; if(n==2){c=1;next}} c&&/^```$/{exit} c{print}' README.md)
 [ -n "$script" ] || { echo "no etcd example in README.md"; echo "0 passed, 1 failed"; exit 1; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the README's walkthrough exactly as a new user would paste it, and checks what they see.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${1:-build}
 script=$(awk '/^## Walkthrough/{w=1} w&&/^```sh$/{c=1;next} c&&/^```$/{exit} c{print}' README.md)
 [ -n "$script" ] || { echo "no walkthrough block in README.md"; echo "0 passed, 1 failed"; exit 1; }
