@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compiler, libraries. Test: tools the integration tests drive as legacy jobs, promtool
-# (prometheus), shellcheck for the scripts. Bench: mergerfs and bindfs, the overlays scripts/bench.sh compares against.
+# (prometheus), shellcheck for the scripts. Bench: mergerfs and bindfs, the overlays
+# scripts/bench.sh compares against.
 PKGS=(
   build-essential cmake pkg-config git
   libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev libmount-dev libsystemd-dev
