@@ -117,21 +117,26 @@ std::vector<gid_t> groups_of(pid_t pid) {
   return out;
 }
 
-bool sys_admin_capable(pid_t tid) {
+uint64_t effective_caps(pid_t tid) {
   std::string text;
-  if (!status_text(tid, &text)) return false;
+  if (!status_text(tid, &text)) return 0;
   std::string_view hex = field_line(text, "CapEff:");
   while (!hex.empty() && (hex.front() == ' ' || hex.front() == '\t')) hex.remove_prefix(1);
   uint64_t caps = 0;
-  if (std::from_chars(hex.data(), hex.data() + hex.size(), caps, 16).ec != std::errc() ||
-      !(caps & (uint64_t{1} << CAP_SYS_ADMIN)))
-    return false;
+  if (std::from_chars(hex.data(), hex.data() + hex.size(), caps, 16).ec != std::errc() || !caps)
+    return 0;
   // Capabilities count in the caller's own user namespace: only ours (the initial one, the
   // daemon being root there) makes them the kernel's capable().
   struct stat mine, theirs;
   std::string ns = "/proc/" + std::to_string(tid) + "/ns/user";
-  return stat("/proc/self/ns/user", &mine) == 0 && stat(ns.c_str(), &theirs) == 0 &&
-         mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+  if (stat("/proc/self/ns/user", &mine) != 0 || stat(ns.c_str(), &theirs) != 0 ||
+      mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev)
+    return 0;
+  return caps;
+}
+
+bool sys_admin_capable(pid_t tid) {
+  return (effective_caps(tid) & (uint64_t{1} << CAP_SYS_ADMIN)) != 0;
 }
 
 std::optional<Identity> identity_of(pid_t tid) {

@@ -54,6 +54,11 @@ std::optional<pid_t> tgid_of(pid_t tid);
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
 std::optional<Identity> identity_of(pid_t tid);
+// Thread `tid`'s effective capabilities (bit N: capability N) as the initial user namespace counts
+// them: none when it lives in another namespace, is gone or cannot be read. A thread's standing
+// credentials, not necessarily those a request of it runs with (an io_uring worker keeps the
+// ones of its creation): use it only to lower what the daemon does for a caller, never to raise.
+uint64_t effective_caps(pid_t tid);
 // Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),
 // which hides trusted.* names from everyone else). False when gone or unknown.
 bool sys_admin_capable(pid_t tid);

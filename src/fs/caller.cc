@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/proc.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
@@ -28,7 +29,7 @@ Epoch Fs::token_for(fuse_req_t req, Domain& d) {
 
 AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   const fuse_ctx* c = fuse_req_ctx(req);
-  if (c->uid == 0 && c->gid == 0) return;
+  if (c->uid == 0 && c->gid == 0 && dac) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
   if ((mode & S_ISGID) || !dac) {
     // Whether the bit survives depends on the caller's groups (read from /proc: only here).
@@ -40,21 +41,44 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
+  switched_ = true;
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return;
+  if (c->uid == 0 && !dac) {
+    // fsuid 0 kept the daemon's capabilities. A root caller may have shed some (a service's
+    // bounding set): lowered to what /proc shows the caller holding, which can only be less
+    // than the daemon's; never raised from it (see proc::effective_caps).
+    saved_[0] = data[0].effective;
+    saved_[1] = data[1].effective;
+    uint64_t caps = proc::effective_caps(c->pid);
+    data[0].effective &= static_cast<uint32_t>(caps);
+    data[1].effective &= static_cast<uint32_t>(caps >> 32);
+    caps_ = syscall(SYS_capset, &hdr, data) == 0;
+    return;
+  }
   // setfsuid to non-zero cleared the filesystem capabilities. The caller's own cannot be known:
   // /proc shows a thread's standing credentials, not those a request runs with (an io_uring
   // worker's date from its creation), so with dac=false none is raised.
-  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-  __user_cap_data_struct data[2];
-  if (dac && syscall(SYS_capget, &hdr, data) == 0) {
+  if (dac) {
     uint32_t raise = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
     data[0].effective |= raise & data[0].permitted;
     syscall(SYS_capset, &hdr, data);
   }
-  switched_ = true;
 }
 
 AsCaller::~AsCaller() {
   if (!switched_) return;
+  if (caps_) {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) == 0) {
+      data[0].effective = saved_[0];
+      data[1].effective = saved_[1];
+      if (syscall(SYS_capset, &hdr, data) != 0)
+        log::warn("cannot restore a worker's capabilities: {}", common::errstr(errno));
+    }
+  }
   syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
   syscall(SYS_setfsgid, 0);
   if (groups_) syscall(SYS_setgroups, 0, nullptr);

@@ -264,7 +264,8 @@ const fuse_lowlevel_ops& operations();
 class AsCaller {
  public:
   // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
-  // dac=false: no override either, for objects the kernel has not checked (with all groups).
+  // dac=false: no override either, for objects the kernel has not checked (with all groups; a
+  // root caller with no more capabilities than /proc shows it holding).
   AsCaller(fuse_req_t req, mode_t mode, bool dac = true);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
@@ -273,6 +274,8 @@ class AsCaller {
  private:
   bool switched_ = false;
   bool groups_ = false;
+  bool caps_ = false;  // effective capabilities lowered; saved_ restores them
+  uint32_t saved_[2] = {0, 0};
 };
 
 // Runs a data-path syscall (write, fallocate, copy) with the caller's fsuid, so that the backing

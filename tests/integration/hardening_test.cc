@@ -207,6 +207,51 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesTheCallersPermissions) {
   EXPECT_EQ("new\n", slurp(m.bpath("mine")));
 }
 
+// uid 0 is not every capability: a root service that shed CAP_DAC_OVERRIDE and
+// CAP_DAC_READ_SEARCH (a systemd unit's bounding set) reads through the mount only what it reads
+// natively, also when the kernel leaves the check of a file it did not know of to the daemon.
+TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
+  auto m = open_mount();
+  for (const char* name : {"others", "own"}) {
+    cache_absent(m, name);
+    spit(m.bpath(name), std::string(name) + "\n");
+    ASSERT_EQ(0, ::chmod(m.bpath(name).c_str(), 0600));
+  }
+  ASSERT_EQ(0, ::chown(m.bpath("others").c_str(), kNobody, kNogroup));
+  // In a child: uid 0 without any capability opens the file and reads it (0, or the errno).
+  auto without_caps = [&](const std::string& path, int flags) {
+    return job_as(m, 1, 0, [&] {
+      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2] = {};
+      if (syscall(SYS_capset, &hdr, data) != 0) return 202;
+      int fd = open(path.c_str(), flags, 0644);
+      if (fd < 0) return errno;
+      char buf[64];
+      return read(fd, buf, sizeof buf) > 0 ? 0 : 100;
+    });
+  };
+  // Natively first: what the mount must match.
+  ASSERT_EQ(EACCES, without_caps(m.bpath("others"), O_RDONLY));
+  ASSERT_EQ(0, without_caps(m.bpath("own"), O_RDONLY));
+  EXPECT_EQ(EACCES, without_caps(m.path("others"), O_RDONLY | O_CREAT));
+  cache_absent(m, "others2");
+  spit(m.bpath("others2"), "nobody's\n");
+  ASSERT_EQ(0, ::chmod(m.bpath("others2").c_str(), 0600));
+  ASSERT_EQ(0, ::chown(m.bpath("others2").c_str(), kNobody, kNogroup));
+  EXPECT_EQ(EACCES, without_caps(m.path("others2"), O_RDWR | O_CREAT | O_TRUNC));
+  EXPECT_EQ("nobody's\n", slurp(m.bpath("others2")));
+  // Its own file, and anyone's for a root caller that kept its capabilities, as before.
+  EXPECT_EQ(0, without_caps(m.path("own"), O_RDONLY | O_CREAT));
+  cache_absent(m, "others3");
+  spit(m.bpath("others3"), "nobody's\n");
+  ASSERT_EQ(0, ::chmod(m.bpath("others3").c_str(), 0600));
+  ASSERT_EQ(0, ::chown(m.bpath("others3").c_str(), kNobody, kNogroup));
+  EXPECT_EQ(0, job_as(m, 1, 0, [&] {
+              int fd = open(m.path("others3").c_str(), O_RDONLY | O_CREAT, 0644);
+              return fd < 0 ? errno : 0;
+            }));
+}
+
 // Operations that do not follow a symlink reach the daemon with the symlink's inode, which it
 // holds as an O_PATH fd; going through /proc/self/fd/N must act on the symlink, never its target.
 TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
