@@ -1,7 +1,9 @@
 // Who a request acts for: its caller's identity and token, and the credentials the daemon takes
 // on for the caller's syscalls (native permission checks, resources charged to the caller).
 #include <linux/capability.h>
+#include <sched.h>
 #include <sys/fsuid.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -97,6 +99,33 @@ ChargedTo::ChargedTo(fuse_req_t req) {
 
 ChargedTo::~ChargedTo() {
   if (switched_) syscall(SYS_setfsuid, 0);
+}
+
+namespace {
+thread_local bool t_own_umask = false;
+}  // namespace
+
+bool own_umask() {
+  if (!t_own_umask && unshare(CLONE_FS) == 0) {
+    t_own_umask = true;
+    ::umask(0);
+  }
+  return t_own_umask;
+}
+
+CallerUmask::CallerUmask(fuse_req_t req, mode_t* mode) {
+  mode_t um = fuse_req_ctx(req)->umask & 0777;
+  if (!t_own_umask) {
+    *mode &= ~um;
+    return;
+  }
+  if (um == 0) return;
+  ::umask(um);
+  set_ = true;
+}
+
+CallerUmask::~CallerUmask() {
+  if (set_) ::umask(0);
 }
 
 void drop_resource_override() {

@@ -278,6 +278,25 @@ class AsCaller {
   uint32_t saved_[2] = {0, 0};
 };
 
+// A creation under the caller's umask. The kernel leaves it to the daemon (FUSE_CAP_DONT_MASK)
+// so that BACKING's filesystem applies it, or a directory's default ACL in its place, as natively.
+// On a worker with its own umask (own_umask()) it is set for the scope; elsewhere *mode is masked
+// here (a default ACL then meets the masked mode, as when the kernel masks it).
+class CallerUmask {
+ public:
+  CallerUmask(fuse_req_t req, mode_t* mode);
+  ~CallerUmask();
+  CallerUmask(const CallerUmask&) = delete;
+  CallerUmask& operator=(const CallerUmask&) = delete;
+
+ private:
+  bool set_ = false;
+};
+
+// Gives the calling thread a umask of its own (unshare(CLONE_FS)); a worker calls it once before
+// serving. False when the kernel refused.
+bool own_umask();
+
 // Runs a data-path syscall (write, fallocate, copy) with the caller's fsuid, so that the backing
 // filesystem allocates blocks as for the caller: an unprivileged job never reaches the blocks
 // reserved for root, which the journal's advances may need.

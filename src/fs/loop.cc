@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "fs/fs.h"
 
 namespace fencefs::fs {
 namespace {
@@ -90,6 +91,7 @@ class Loop {
 
   void work(Worker& w) {
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+    own_umask();
     std::unique_lock lk(mu_);
     while (!ended_flag_ && !fuse_session_exited(se_)) {
       if (readers_ >= kReaders + busy_) {

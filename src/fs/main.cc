@@ -244,7 +244,10 @@ void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floo
 }
 
 int serve(fuse_session* se, bool singlethread) {
-  if (singlethread) return fuse_session_loop(se);
+  if (singlethread) {
+    fs::own_umask();  // the threads started before keep the daemon's umask (0)
+    return fuse_session_loop(se);
+  }
   return fs::serve_workers(se, 16);
 }
 
@@ -406,7 +409,7 @@ int main(int argc, char* argv[]) {
   std::unique_ptr<cluster::Cluster> cluster = cluster_mode ? join_cluster(o, fence) : nullptr;
 
   raise_fd_limit();  // many cached inodes each hold an O_PATH fd
-  umask(0);          // modes arrive already masked by the caller's umask
+  umask(0);          // the daemon's own files as given; callers' creations: CallerUmask
 
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));

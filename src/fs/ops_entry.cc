@@ -154,6 +154,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   int res;
   {
     AsCaller as(req, mode);
+    CallerUmask um(req, &mode);
     if (link)
       res = symlinkat(link, p.fd, name);
     else if (S_ISDIR(mode))

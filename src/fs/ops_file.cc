@@ -201,6 +201,7 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
   int fd;
   {
     AsCaller as(req, mode);
+    CallerUmask um(req, &mode);
     fd = openat(p.fd, name, flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0 && errno == EMFILE) {
       f.reclaim_fds();

@@ -1280,6 +1280,53 @@ TEST(Conformance, XattrSpaceLeftBesideTheStamp) {
       << "native limit " << lo << " bytes";
 }
 
+// A directory's default ACL replaces the creator's umask: files, directories and nodes created in
+// it get the same modes through the mount as natively (the daemon takes the umask apart).
+TEST(Conformance, ADefaultAclReplacesTheUmask) {
+  fencefs::testing::Mount m;
+  // user::rwx group::rwx mask::rwx other::r-x, as `setfacl -d -m g::rwx` leaves it.
+  struct Entry {
+    uint16_t tag, perm;
+    uint32_t id;
+  };
+  const Entry entries[] = {{1, 7, ~0u}, {4, 7, ~0u}, {0x10, 7, ~0u}, {0x20, 5, ~0u}};
+  std::string acl(4, '\0');
+  acl[0] = 2;
+  for (const Entry& e : entries) acl.append(reinterpret_cast<const char*>(&e), sizeof e);
+  // The same steps natively (under DIR) and through the mount; the modes they leave.
+  auto steps = [&](const std::string& dir) {
+    ::umask(022);
+    if (::mkdir((dir + "/shared").c_str(), 0777) != 0) return 90;
+    if (::setxattr((dir + "/shared").c_str(), "system.posix_acl_default", acl.data(), acl.size(),
+                   0) != 0)
+      return errno;
+    int fd = ::open((dir + "/shared/f").c_str(), O_WRONLY | O_CREAT, 0666);
+    if (fd < 0) return 91;
+    ::close(fd);
+    if (::mkdir((dir + "/shared/sub").c_str(), 0777) != 0) return 92;
+    if (::mknod((dir + "/shared/fifo").c_str(), S_IFIFO | 0666, 0) != 0) return 93;
+    ::umask(077);  // and outside it, the umask as ever
+    fd = ::open((dir + "/plain").c_str(), O_WRONLY | O_CREAT, 0666);
+    if (fd < 0) return 94;
+    ::close(fd);
+    return 0;
+  };
+  std::string native = m.root() + "/native";
+  ASSERT_EQ(0, ::mkdir(native.c_str(), 0755));
+  ASSERT_EQ(0, fencefs::testing::in_child([&] { return steps(native); }));
+  ASSERT_EQ(0, fencefs::testing::in_child([&] { return m.ctl("bind / 1") ? 99 : steps(m.mnt()); }));
+  for (const char* rel : {"shared/f", "shared/sub", "shared/fifo", "plain"}) {
+    SCOPED_TRACE(rel);
+    struct stat a, b;
+    ASSERT_EQ(0, ::lstat((native + "/" + rel).c_str(), &a));
+    ASSERT_EQ(0, ::lstat(m.path(rel).c_str(), &b));
+    EXPECT_EQ(a.st_mode, b.st_mode);
+  }
+  struct stat st;
+  ASSERT_EQ(0, ::lstat(m.path("shared/f").c_str(), &st));
+  EXPECT_EQ(0664u, st.st_mode & 07777);  // the ACL's group rw, not the umask's
+}
+
 TEST(Conformance, UserXattrs) {
   auto r = run([](Ctx& x) {
     put(x, "f", "f");
