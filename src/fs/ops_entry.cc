@@ -228,14 +228,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bo
   fence::Admission a;
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
-  int res;
-  {
-    // As the caller: the kernel checked a sticky directory's rule against the entry it had
-    // cached, which BACKING may have replaced since; below it holds for what is removed.
-    AsCaller as(req, 0);
-    res = unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0);
-  }
-  if (res != 0) return (void)fuse_reply_err(req, errno);
+  if (unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_err(req, 0);
 }
 
@@ -285,12 +278,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
-  int res;
-  {
-    AsCaller as(req, 0);  // the sticky rule, for the entries as they are (see remove_entry)
-    res = renameat2(p.fd, name, np.fd, newname, flags);
-  }
-  if (res != 0) return (void)fuse_reply_err(req, errno);
+  if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
   // Within one directory no entry changes parent (or domain): nothing to record.
   if (&p != &np) f.renamed(p, name, np, newname, flags, d1 != d2 ? d2 : nullptr, t2);
   fuse_reply_err(req, 0);

@@ -252,48 +252,6 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
             }));
 }
 
-// In a sticky directory only an entry's owner (or the directory's) removes or replaces it. The
-// kernel checks that against the entry it has cached; an entry replaced directly in BACKING since
-// is still checked, below, as natively.
-TEST(Hardening, TheStickyRuleHoldsForEntriesReplacedInBacking) {
-  constexpr uid_t kOther = 1;  // the victim: neither the caller nor the directory's owner
-  auto m = open_mount();
-  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
-  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
-  const std::vector<std::string> names = {"tmp/x", "tmp/x2", "tmp/mine"};
-  ASSERT_EQ(0, job_as(m, 1, kNobody, [&] {
-              for (const auto& n : names) {
-                int fd = open(m.path(n).c_str(), O_WRONLY | O_CREAT, 0644);
-                if (fd < 0) return errno;
-                close(fd);
-              }
-              return 0;
-            }));
-  // Cached as nobody's files; then, directly in BACKING, x and x2 become another user's. (A
-  // rename's target the kernel looks up afresh: only its source can be stale.)
-  struct stat st;
-  for (const char* n : {"tmp/x", "tmp/x2"}) {
-    ASSERT_EQ(0, ::lstat(m.path(n).c_str(), &st));
-    spit(m.bpath("tmp/victim"), "other's\n");
-    ASSERT_EQ(0, ::chown(m.bpath("tmp/victim").c_str(), kOther, kOther));
-    ASSERT_EQ(0, ::rename(m.bpath("tmp/victim").c_str(), m.bpath(n).c_str()));
-  }
-  EXPECT_EQ(EPERM, job_as(m, 1, kNobody,
-                          [&] { return ::unlink(m.path("tmp/x").c_str()) == 0 ? 0 : errno; }));
-  EXPECT_EQ(EPERM, job_as(m, 1, kNobody, [&] {
-              return ::rename(m.path("tmp/x2").c_str(), m.path("tmp/z").c_str()) == 0 ? 0 : errno;
-            }));
-  EXPECT_EQ("other's\n", slurp(m.bpath("tmp/x")));
-  EXPECT_EQ("other's\n", slurp(m.bpath("tmp/x2")));
-  // Its own entries, as usual.
-  EXPECT_EQ(0, job_as(m, 1, kNobody, [&] {
-              return ::rename(m.path("tmp/mine").c_str(), m.path("tmp/mine2").c_str()) == 0 ? 0
-                                                                                            : errno;
-            }));
-  EXPECT_EQ(0, job_as(m, 1, kNobody,
-                      [&] { return ::unlink(m.path("tmp/mine2").c_str()) == 0 ? 0 : errno; }));
-}
-
 // Operations that do not follow a symlink reach the daemon with the symlink's inode, which it
 // holds as an O_PATH fd; going through /proc/self/fd/N must act on the symlink, never its target.
 TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
