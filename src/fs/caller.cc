@@ -7,6 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cstdlib>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -40,13 +43,17 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
     if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
     // Checked natively: never with the daemon's own groups, when the caller's are unknown.
     if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
+    if (!dac && !groups_) failed_ = true;
   }
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
   switched_ = true;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
-  if (syscall(SYS_capget, &hdr, data) != 0) return;
+  if (syscall(SYS_capget, &hdr, data) != 0) {
+    if (c->uid == 0 && !dac) failed_ = true;  // root's capabilities could not be lowered
+    return;
+  }
   if (c->uid == 0 && !dac) {
     // fsuid 0 kept the daemon's capabilities. A root caller may have shed some (a service's
     // bounding set): lowered to what /proc shows the caller holding, which can only be less
@@ -57,6 +64,7 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
     data[0].effective &= static_cast<uint32_t>(caps);
     data[1].effective &= static_cast<uint32_t>(caps >> 32);
     caps_ = syscall(SYS_capset, &hdr, data) == 0;
+    if (!caps_) failed_ = true;
     return;
   }
   // setfsuid to non-zero cleared the filesystem capabilities. The caller's own cannot be known:
@@ -74,11 +82,17 @@ AsCaller::~AsCaller() {
   if (caps_) {
     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
     __user_cap_data_struct data[2];
+    bool ok = false;
     if (syscall(SYS_capget, &hdr, data) == 0) {
       data[0].effective = saved_[0];
       data[1].effective = saved_[1];
-      if (syscall(SYS_capset, &hdr, data) != 0)
-        log::warn("cannot restore a worker's capabilities: {}", common::errstr(errno));
+      if (syscall(SYS_capset, &hdr, data) == 0) ok = true;
+    }
+    // A worker left with a caller's capabilities (and, lacking CAP_SETGID, its groups) would
+    // serve every later request with them: not to be continued.
+    if (!ok) {
+      log::error("cannot restore a worker's capabilities: {}", common::errstr(errno));
+      std::abort();
     }
   }
   syscall(SYS_setfsuid, 0);  // back to 0 restores the effective capabilities
@@ -106,11 +120,17 @@ thread_local bool t_own_umask = false;
 }  // namespace
 
 bool own_umask() {
-  if (!t_own_umask && unshare(CLONE_FS) == 0) {
-    t_own_umask = true;
-    ::umask(0);
+  if (t_own_umask) return true;
+  if (unshare(CLONE_FS) != 0) {
+    // Callers' umasks are then applied to the mode instead: a default ACL meets the masked mode.
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log::warn("a worker cannot have a umask of its own: {}", common::errstr(errno));
+    return false;
   }
-  return t_own_umask;
+  t_own_umask = true;
+  ::umask(0);
+  return true;
 }
 
 CallerUmask::CallerUmask(fuse_req_t req, mode_t* mode) {

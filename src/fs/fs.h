@@ -270,10 +270,13 @@ class AsCaller {
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
   AsCaller& operator=(const AsCaller&) = delete;
+  // False when the caller's credentials could not be taken on (with dac=false): do not proceed.
+  bool ok() const { return !failed_; }
 
  private:
   bool switched_ = false;
   bool groups_ = false;
+  bool failed_ = false;
   bool caps_ = false;  // effective capabilities lowered; saved_ restores them
   uint32_t saved_[2] = {0, 0};
 };

@@ -228,8 +228,8 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
     *err = ENXIO;
   } else {
     AsCaller as(req, 0, false);
-    fd = open_unleased(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC);
-    if (fd < 0) *err = errno;
+    fd = as.ok() ? open_unleased(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC) : -1;
+    if (fd < 0) *err = as.ok() ? errno : EACCES;
   }
   ::close(opath);
   return fd;

@@ -48,6 +48,7 @@ int as_needed(fuse_req_t req, Inode& i, const char* name, Fn call) {
   } else if (strncmp(name, "system.", 7) == 0) {
     as.emplace(req, 0, false);
   }
+  if (as && !as->ok()) return EACCES;
   return call() == 0 ? 0 : errno;
 }
 
