@@ -252,6 +252,42 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
             }));
 }
 
+// In a sticky directory CAP_FOWNER lets a caller remove and rename entries of other owners; the
+// kernel checked it, and the daemon does not take it away.
+TEST(Hardening, CapFownerStillPassesTheStickyRule) {
+  auto m = open_mount();
+  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
+  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
+  for (const char* n : {"tmp/a", "tmp/b"}) {
+    spit(m.bpath(n), "other's\n");
+    ASSERT_EQ(0, ::chown(m.bpath(n).c_str(), 1, 1));
+  }
+  auto as_fowner = [&](const std::function<int()>& fn) {
+    return in_child([&] {
+      if (m.ctl("bind / 1") != 0) return 200;
+      if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 ||
+          setuid(kNobody) != 0)
+        return 201;
+      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2] = {};
+      data[0].effective = data[0].permitted = 1u << CAP_FOWNER;
+      if (syscall(SYS_capset, &hdr, data) != 0) return 202;
+      return fn();
+    });
+  };
+  EXPECT_EQ(0, as_fowner([&] { return ::unlink(m.path("tmp/a").c_str()) == 0 ? 0 : errno; }));
+  EXPECT_EQ(0, as_fowner([&] {
+              return ::rename(m.path("tmp/b").c_str(), m.path("tmp/c").c_str()) == 0 ? 0 : errno;
+            }));
+  EXPECT_EQ(-1, ::access(m.bpath("tmp/a").c_str(), F_OK));
+  EXPECT_EQ("other's\n", slurp(m.bpath("tmp/c")));
+  // Without it, nobody may not (the kernel's check).
+  spit(m.bpath("tmp/d"), "other's\n");
+  ASSERT_EQ(0, ::chown(m.bpath("tmp/d").c_str(), 1, 1));
+  EXPECT_EQ(EPERM, job_as(m, 1, kNobody,
+                          [&] { return ::unlink(m.path("tmp/d").c_str()) == 0 ? 0 : errno; }));
+}
+
 // Operations that do not follow a symlink reach the daemon with the symlink's inode, which it
 // holds as an O_PATH fd; going through /proc/self/fd/N must act on the symlink, never its target.
 TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
