@@ -48,6 +48,21 @@ int job_as(const Mount& m, uint64_t token, uid_t uid, const std::function<int()>
   });
 }
 
+// In a child: binds token 1 for / when `bind`, becomes nobody holding CAP_FOWNER alone, runs fn.
+int nobody_with_fowner(const Mount& m, bool bind, const std::function<int()>& fn) {
+  return in_child([&] {
+    if (bind && m.ctl("bind / 1") != 0) return 200;
+    if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 ||
+        setuid(kNobody) != 0)
+      return 201;
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    data[0].effective = data[0].permitted = 1u << CAP_FOWNER;
+    if (syscall(SYS_capset, &hdr, data) != 0) return 202;
+    return fn();
+  });
+}
+
 // Runs fn in a child; kills it if it has not finished within `seconds` (*hung = true). A child
 // killed inside a request the daemon already took waits for the reply: `rescue` then frees the
 // daemon, so that the test reports the hang instead of hanging.
@@ -262,19 +277,7 @@ TEST(Hardening, CapFownerStillPassesTheStickyRule) {
     spit(m.bpath(n), "other's\n");
     ASSERT_EQ(0, ::chown(m.bpath(n).c_str(), 1, 1));
   }
-  auto as_fowner = [&](const std::function<int()>& fn) {
-    return in_child([&] {
-      if (m.ctl("bind / 1") != 0) return 200;
-      if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 ||
-          setuid(kNobody) != 0)
-        return 201;
-      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-      __user_cap_data_struct data[2] = {};
-      data[0].effective = data[0].permitted = 1u << CAP_FOWNER;
-      if (syscall(SYS_capset, &hdr, data) != 0) return 202;
-      return fn();
-    });
-  };
+  auto as_fowner = [&](const std::function<int()>& fn) { return nobody_with_fowner(m, true, fn); };
   EXPECT_EQ(0, as_fowner([&] { return ::unlink(m.path("tmp/a").c_str()) == 0 ? 0 : errno; }));
   EXPECT_EQ(0, as_fowner([&] {
               return ::rename(m.path("tmp/b").c_str(), m.path("tmp/c").c_str()) == 0 ? 0 : errno;
@@ -558,17 +561,8 @@ TEST(Hardening, AclsApplyThroughTheMountAsOnTheDiskBelow) {
   // A caller with CAP_FOWNER sets an ACL on a file it does not own, as natively.
   spit(m.bpath("roots"), "root's\n");
   auto as_fowner = [&](const std::string& path) {
-    return in_child([&] {
-      if (!path.empty() && path.rfind(m.mnt(), 0) == 0 && m.ctl("bind / 1") != 0) return 200;
-      if (prctl(PR_SET_KEEPCAPS, 1) != 0 || setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 ||
-          setuid(kNobody) != 0)
-        return 201;
-      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
-      __user_cap_data_struct data[2] = {};
-      data[0].effective = data[0].permitted = 1u << CAP_FOWNER;
-      if (syscall(SYS_capset, &hdr, data) != 0) return 202;
-      return set_acl(path, "system.posix_acl_access");
-    });
+    return nobody_with_fowner(m, !path.empty() && path.rfind(m.mnt(), 0) == 0,
+                              [&] { return set_acl(path, "system.posix_acl_access"); });
   };
   ASSERT_EQ(0, as_fowner(m.bpath("roots")));
   EXPECT_EQ(0, as_fowner(m.path("roots")));
