@@ -76,7 +76,7 @@ void FdBudget::give(uid_t uid) {
 
 int PageBudget::take(uid_t uid, size_t bytes, size_t* charged, bool shared_exempt) {
   *charged = std::max(bytes, kMinCharge);
-  const bool shared = uid != 0 && !shared_exempt;
+  const bool shared = in_shared_pool(uid, shared_exempt);
   common::UniqueLock lk(mu_);
   size_t& mine = by_uid_[uid];
   int err = mine + *charged > per_uid_                     ? EMFILE
@@ -109,7 +109,7 @@ void PageBudget::give(uid_t uid, size_t charged, bool shared_exempt) {
     it->second -= std::min(it->second, charged);
     if (it->second == 0) by_uid_.erase(it);
   }
-  if (uid != 0 && !shared_exempt) unprivileged_ -= std::min(unprivileged_, charged);
+  if (in_shared_pool(uid, shared_exempt)) unprivileged_ -= std::min(unprivileged_, charged);
 }
 
 }  // namespace fencefs::fs

@@ -61,6 +61,8 @@ class PageBudget {
   size_t shared() const { return shared_; }
 
  private:
+  static bool in_shared_pool(uid_t uid, bool exempt) { return uid != 0 && !exempt; }
+
   const size_t per_uid_, shared_;
   common::Mutex mu_;
   std::unordered_map<uid_t, size_t> by_uid_ GUARDED_BY(mu_);
