@@ -100,10 +100,10 @@ std::optional<pid_t> tgid_of(pid_t tid) {
   return tgid;
 }
 
-std::vector<gid_t> groups_of(pid_t pid) {
-  std::string text;
+namespace {
+
+std::vector<gid_t> parse_groups(std::string_view text) {
   std::vector<gid_t> out;
-  if (!status_text(pid, &text)) return out;
   std::string_view line = field_line(text, "Groups:");
   while (!line.empty()) {
     while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
@@ -117,9 +117,7 @@ std::vector<gid_t> groups_of(pid_t pid) {
   return out;
 }
 
-uint64_t effective_caps(pid_t tid) {
-  std::string text;
-  if (!status_text(tid, &text)) return 0;
+uint64_t parse_caps(pid_t tid, std::string_view text) {
   std::string_view hex = field_line(text, "CapEff:");
   while (!hex.empty() && (hex.front() == ' ' || hex.front() == '\t')) hex.remove_prefix(1);
   uint64_t caps = 0;
@@ -133,6 +131,24 @@ uint64_t effective_caps(pid_t tid) {
       mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev)
     return 0;
   return caps;
+}
+
+}  // namespace
+
+std::vector<gid_t> groups_of(pid_t pid) {
+  std::string text;
+  return status_text(pid, &text) ? parse_groups(text) : std::vector<gid_t>{};
+}
+
+std::optional<Credentials> credentials(pid_t tid) {
+  std::string text;
+  if (!status_text(tid, &text)) return std::nullopt;
+  return Credentials{parse_groups(text), parse_caps(tid, text)};
+}
+
+uint64_t effective_caps(pid_t tid) {
+  std::string text;
+  return status_text(tid, &text) ? parse_caps(tid, text) : 0;
 }
 
 bool sys_admin_capable(pid_t tid) {

@@ -59,6 +59,12 @@ std::optional<Identity> identity_of(pid_t tid);
 // credentials, not necessarily those a request of it runs with (an io_uring worker keeps the
 // ones of its creation): use it only to lower what the daemon does for a caller, never to raise.
 uint64_t effective_caps(pid_t tid);
+// A thread's supplementary groups and effective_caps(), from one read; nullopt when gone.
+struct Credentials {
+  std::vector<gid_t> groups;
+  uint64_t caps = 0;
+};
+std::optional<Credentials> credentials(pid_t tid);
 // Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),
 // which hides trusted.* names from everyone else). False when gone or unknown.
 bool sys_admin_capable(pid_t tid);

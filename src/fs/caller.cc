@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -36,11 +37,12 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   const fuse_ctx* c = fuse_req_ctx(req);
   if (c->uid == 0 && c->gid == 0 && dac) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
+  std::optional<proc::Credentials> cr;
   if ((mode & S_ISGID) || !dac) {
-    // Whether the bit survives depends on the caller's groups (read from /proc: only here).
-    gid_t groups[256];
-    int n = fuse_req_getgroups(req, 256, groups);
-    if (n > 0 && n <= 256 && syscall(SYS_setgroups, n, groups) == 0) groups_ = true;
+    // Whether the bit survives depends on the caller's groups (/proc, read only here; a root
+    // caller's capabilities come from the same read).
+    cr = proc::credentials(c->pid);
+    if (cr && syscall(SYS_setgroups, cr->groups.size(), cr->groups.data()) == 0) groups_ = true;
     // Checked natively: never with the daemon's own groups, when the caller's are unknown.
     if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
     if (!dac && !groups_) failed_ = true;
@@ -60,9 +62,10 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
     // than the daemon's; never raised from it (see proc::effective_caps).
     saved_[0] = data[0].effective;
     saved_[1] = data[1].effective;
-    uint64_t caps = proc::effective_caps(c->pid);
+    uint64_t caps = cr ? cr->caps : 0;
     data[0].effective &= static_cast<uint32_t>(caps);
     data[1].effective &= static_cast<uint32_t>(caps >> 32);
+    if (data[0].effective == saved_[0] && data[1].effective == saved_[1]) return;  // holds them all
     caps_ = syscall(SYS_capset, &hdr, data) == 0;
     if (!caps_) failed_ = true;
     return;
