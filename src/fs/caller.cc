@@ -50,6 +50,19 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
   syscall(SYS_setfsgid, c->gid);
   syscall(SYS_setfsuid, c->uid);
   switched_ = true;
+  // Both return the old value even when refused (a daemon without CAP_SETUID or CAP_SETGID, as a
+  // service's bounding set may leave it): read back, or the call would run as root.
+  if (static_cast<uid_t>(syscall(SYS_setfsuid, -1)) != c->uid ||
+      static_cast<gid_t>(syscall(SYS_setfsgid, -1)) != c->gid) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log::error(
+          "cannot act as uid {} gid {} (does the daemon lack CAP_SETUID or CAP_SETGID?): "
+          "what it would create or open as that caller is refused",
+          c->uid, c->gid);
+    failed_ = true;
+    return;
+  }
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
   if (syscall(SYS_capget, &hdr, data) != 0) {

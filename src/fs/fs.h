@@ -270,7 +270,7 @@ class AsCaller {
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
   AsCaller& operator=(const AsCaller&) = delete;
-  // False when the caller's credentials could not be taken on (with dac=false): do not proceed.
+  // False when the caller's credentials could not be taken on: do not proceed.
   bool ok() const { return !failed_; }
 
  private:

@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -28,6 +29,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/path.h"
+#include "common/proc.h"
 #include "daemon/binding_store.h"
 #include "daemon/claim.h"
 #include "daemon/lifecycle.h"
@@ -190,6 +192,22 @@ bool backing_has_acls(const std::string& backing) {
   bool ok = fgetxattr(fd, "system.posix_acl_access", nullptr, 0) >= 0 || errno == ENODATA;
   close(fd);
   return ok;
+}
+
+// As root the daemon creates and opens for a caller with the caller's uid and gid; without
+// CAP_SETUID or CAP_SETGID (a unit's CapabilityBoundingSet) it cannot, and refuses those calls.
+void warn_without_setid_caps() {
+  if (geteuid() != 0) return;
+  uint64_t caps = proc::effective_caps(gettid());
+  std::string missing;
+  for (auto [cap, name] : {std::pair{CAP_SETUID, "CAP_SETUID"}, {CAP_SETGID, "CAP_SETGID"}})
+    if (!(caps & (uint64_t{1} << cap)))
+      missing += missing.empty() ? name : std::string(" and ") + name;
+  if (!missing.empty())
+    log::warn(
+        "running as root without {}: files other users create or open through the mount "
+        "cannot be made theirs, so those calls are refused (EACCES); give the daemon {}",
+        missing, missing);
 }
 
 // Rebinds the processes of before a restart that are still exactly the same, and records every
@@ -415,6 +433,7 @@ int main(int argc, char* argv[]) {
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
   fopts.stamps = backing_has_xattrs(backing);
   fopts.posix_acl = backing_has_acls(backing);
+  warn_without_setid_caps();
   // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
   fence::Bindings bindings;
   daemon::BindingStore binding_store(state);

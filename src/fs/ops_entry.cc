@@ -155,12 +155,16 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   {
     AsCaller as(req, mode);
     CallerUmask um(req, &mode);
-    if (link)
+    if (!as.ok()) {
+      res = -1;
+      errno = EACCES;
+    } else if (link) {
       res = symlinkat(link, p.fd, name);
-    else if (S_ISDIR(mode))
+    } else if (S_ISDIR(mode)) {
       res = mkdirat(p.fd, name, mode);
-    else
+    } else {
       res = mknodat(p.fd, name, mode, rdev);
+    }
   }
   if (res != 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;

@@ -202,6 +202,11 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
   {
     AsCaller as(req, mode);
     CallerUmask um(req, &mode);
+    if (!as.ok()) {
+      *err = EACCES;
+      *created = false;
+      return -1;
+    }
     fd = openat(p.fd, name, flags | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0 && errno == EMFILE) {
       f.reclaim_fds();

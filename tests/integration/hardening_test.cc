@@ -267,6 +267,39 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
             }));
 }
 
+// setfsuid(2) and setfsgid(2) fail without a word. A daemon run as root without CAP_SETUID or
+// CAP_SETGID (a unit's bounding set) cannot take a caller's uid or gid: it says so at start, and
+// what it would create or open for another user is refused, never done as root.
+TEST(Hardening, WithoutCapSetuidOrSetgidNothingIsDoneAsRootForACaller) {
+  for (int cap : {CAP_SETUID, CAP_SETGID}) {
+    const std::string name = cap == CAP_SETUID ? "CAP_SETUID" : "CAP_SETGID";
+    SCOPED_TRACE("without " + name);
+    auto m = open_mount({"--drop-cap=" + std::to_string(cap)});
+    ASSERT_TRUE(m.mounted());
+    EXPECT_NE(std::string::npos, m.daemon_log().find("running as root without " + name))
+        << m.daemon_log();
+    EXPECT_EQ(EACCES, job_as(m, 1, kNobody, [&] {
+                int fd = ::open(m.path("made").c_str(), O_WRONLY | O_CREAT, 0644);
+                return fd < 0 ? errno : 0;
+              }));
+    EXPECT_EQ(EACCES,
+              job_as(m, 1, kNobody, [&] { return E(::mkdir(m.path("dir").c_str(), 0755)); }));
+    EXPECT_EQ(-1, ::access(m.bpath("made").c_str(), F_OK));
+    EXPECT_EQ(-1, ::access(m.bpath("dir").c_str(), F_OK));
+    // A root-only file put in BACKING under a name the kernel cached as absent: the CREATE that
+    // meets it opens it for nobody only as nobody.
+    cache_absent(m, "secret");
+    spit(m.bpath("secret"), "root's\n");
+    ASSERT_EQ(0, ::chmod(m.bpath("secret").c_str(), 0600));
+    EXPECT_EQ(EACCES, job_as(m, 1, kNobody, [&] {
+                int fd = ::open(m.path("secret").c_str(), O_RDWR | O_CREAT, 0644);
+                return fd < 0 ? errno : 0;
+              }));
+    // Root's own calls take no other identity: served as ever.
+    EXPECT_EQ(0, job_as(m, 1, 0, [&] { return E(::mkdir(m.path("rootdir").c_str(), 0755)); }));
+  }
+}
+
 // In a sticky directory CAP_FOWNER lets a caller remove and rename entries of other owners; the
 // kernel checked it, and the daemon does not take it away.
 TEST(Hardening, CapFownerStillPassesTheStickyRule) {

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -191,6 +192,16 @@ int Mount::try_mount(std::vector<std::string> extra) {
       const char* asan = getenv("ASAN_OPTIONS");
       std::string opts = std::string(asan ? asan : "") + ":verify_asan_link_order=0";
       setenv("ASAN_OPTIONS", opts.c_str(), 1);
+    }
+    // "--drop-cap=N": out of the bounding set, so not held after the exec (a unit's
+    // CapabilityBoundingSet).
+    for (auto it = extra.begin(); it != extra.end();) {
+      if (it->rfind("--drop-cap=", 0) != 0) {
+        ++it;
+        continue;
+      }
+      if (prctl(PR_CAPBSET_DROP, std::atoi(it->c_str() + 11), 0, 0, 0) != 0) _exit(126);
+      it = extra.erase(it);
     }
     args.push_back(FENCEFS_BIN);
     args.push_back("-f");

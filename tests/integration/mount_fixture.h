@@ -37,7 +37,8 @@ void untrack_mount(const std::string& mnt);
 class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments
-  // (e.g. {"-o", "max_jump=10"}; "--fiu" runs it under `fiu-run -x`). prepare runs on BACKING
+  // (e.g. {"-o", "max_jump=10"}; "--fiu" runs it under `fiu-run -x`; "--drop-cap=N" without
+  // capability N). prepare runs on BACKING
   // before mounting.
   explicit Mount(std::vector<std::string> extra = {},
                  std::function<void(const std::string& backing)> prepare = {});
