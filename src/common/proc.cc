@@ -2,7 +2,9 @@
 
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/nsfs.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -117,20 +119,75 @@ std::vector<gid_t> parse_groups(std::string_view text) {
   return out;
 }
 
-uint64_t parse_caps(pid_t tid, std::string_view text) {
+uint64_t parse_cap_eff(std::string_view text) {
   std::string_view hex = field_line(text, "CapEff:");
   while (!hex.empty() && (hex.front() == ' ' || hex.front() == '\t')) hex.remove_prefix(1);
   uint64_t caps = 0;
-  if (std::from_chars(hex.data(), hex.data() + hex.size(), caps, 16).ec != std::errc() || !caps)
-    return 0;
-  // Capabilities count in the caller's own user namespace: only ours (the initial one, the
-  // daemon being root there) makes them the kernel's capable().
+  if (std::from_chars(hex.data(), hex.data() + hex.size(), caps, 16).ec != std::errc()) return 0;
+  return caps;
+}
+
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+// 1: the thread lives in our user namespace, 2: in one below it, 0: elsewhere or unknown.
+int user_ns_of(pid_t tid) {
   struct stat mine, theirs;
   std::string ns = "/proc/" + std::to_string(tid) + "/ns/user";
-  if (stat("/proc/self/ns/user", &mine) != 0 || stat(ns.c_str(), &theirs) != 0 ||
-      mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev)
-    return 0;
-  return caps;
+  int fd = open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  int where = 0;
+  if (stat("/proc/self/ns/user", &mine) == 0 && fstat(fd, &theirs) == 0) {
+    if (same_file(mine, theirs)) where = 1;
+    // Nested 32 deep at most; NS_GET_PARENT fails above the namespace we live in.
+    for (int depth = 0; where == 0 && depth < 33; depth++) {
+      int parent = ioctl(fd, NS_GET_PARENT);
+      if (parent < 0) break;
+      close(fd);
+      fd = parent;
+      if (fstat(fd, &theirs) == 0 && same_file(mine, theirs)) where = 2;
+    }
+  }
+  close(fd);
+  return where;
+}
+
+// /proc/TID/uid_map or gid_map, read from our namespace: the outside ids are ours.
+std::vector<Credentials::IdRange> read_id_map(pid_t tid, const char* which) {
+  std::vector<Credentials::IdRange> out;
+  std::string text;
+  std::string path = "/proc/" + std::to_string(tid) + "/" + which;
+  if (!slurp(path.c_str(), &text)) return out;
+  std::string_view rest(text);
+  while (!rest.empty()) {
+    size_t end = rest.find('\n');
+    std::string_view line = rest.substr(0, end);
+    rest.remove_prefix(end == std::string_view::npos ? rest.size() : end + 1);
+    uint32_t v[3];
+    int n = 0;
+    for (; n < 3; n++) {
+      while (!line.empty() && line.front() == ' ') line.remove_prefix(1);
+      auto r = std::from_chars(line.data(), line.data() + line.size(), v[n]);
+      if (r.ec != std::errc()) break;
+      line.remove_prefix(static_cast<size_t>(r.ptr - line.data()));
+    }
+    if (n == 3) out.push_back({v[1], v[2]});
+  }
+  return out;
+}
+
+bool maps(const std::vector<Credentials::IdRange>& map, uint32_t id) {
+  for (const auto& r : map)
+    if (id >= r.first && id - r.first < r.count) return true;
+  return false;
+}
+
+// Capabilities count in the caller's own user namespace: only ours (the initial one, the daemon
+// being root there) makes them the kernel's capable().
+uint64_t parse_caps(pid_t tid, std::string_view text) {
+  uint64_t caps = parse_cap_eff(text);
+  return caps && user_ns_of(tid) == 1 ? caps : 0;
 }
 
 }  // namespace
@@ -143,7 +200,24 @@ std::vector<gid_t> groups_of(pid_t pid) {
 std::optional<Credentials> credentials(pid_t tid) {
   std::string text;
   if (!status_text(tid, &text)) return std::nullopt;
-  return Credentials{parse_groups(text), parse_caps(tid, text)};
+  Credentials cr;
+  cr.groups = parse_groups(text);
+  if (uint64_t caps = parse_cap_eff(text)) {
+    int where = user_ns_of(tid);
+    if (where == 1) {
+      cr.caps = caps;
+    } else if (where == 2) {
+      cr.ns_caps = caps;
+      cr.uid_map = read_id_map(tid, "uid_map");
+      cr.gid_map = read_id_map(tid, "gid_map");
+    }
+  }
+  return cr;
+}
+
+uint64_t Credentials::caps_over(uid_t uid, gid_t gid) const {
+  if (caps) return caps;
+  return maps(uid_map, uid) && maps(gid_map, gid) ? ns_caps : 0;
 }
 
 uint64_t effective_caps(pid_t tid) {

@@ -59,10 +59,19 @@ std::optional<Identity> identity_of(pid_t tid);
 // credentials, not necessarily those a request of it runs with (an io_uring worker keeps the
 // ones of its creation): use it only to lower what the daemon does for a caller, never to raise.
 uint64_t effective_caps(pid_t tid);
-// A thread's supplementary groups and effective_caps(), from one read; nullopt when gone.
+// A thread's supplementary groups and effective capabilities, from one read; nullopt when gone.
+// `caps`: as effective_caps(). A thread in a user namespace below ours holds `ns_caps` there, and
+// the kernel lets them count for a file only when that namespace maps the file's owner and group
+// (capable_wrt_inode_uidgid): caps_over() says what counts for one file.
 struct Credentials {
+  struct IdRange {
+    uint32_t first = 0, count = 0;  // ids as our namespace counts them
+  };
   std::vector<gid_t> groups;
   uint64_t caps = 0;
+  uint64_t ns_caps = 0;
+  std::vector<IdRange> uid_map, gid_map;
+  uint64_t caps_over(uid_t uid, gid_t gid) const;
 };
 std::optional<Credentials> credentials(pid_t tid);
 // Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),

@@ -33,7 +33,7 @@ Epoch Fs::token_for(fuse_req_t req, Domain& d) {
   return bindings_.resolve(fuse_req_ctx(req)->pid, d.id);
 }
 
-AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
+AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac, const struct stat* file) {
   const fuse_ctx* c = fuse_req_ctx(req);
   if (c->uid == 0 && c->gid == 0 && dac) return;
   // Per-thread credentials: raw syscalls, not glibc's process-wide wrappers.
@@ -75,7 +75,7 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac) {
     // than the daemon's; never raised from it (see proc::effective_caps).
     saved_[0] = data[0].effective;
     saved_[1] = data[1].effective;
-    uint64_t caps = cr ? cr->caps : 0;
+    uint64_t caps = !cr ? 0 : file ? cr->caps_over(file->st_uid, file->st_gid) : cr->caps;
     data[0].effective &= static_cast<uint32_t>(caps);
     data[1].effective &= static_cast<uint32_t>(caps >> 32);
     if (data[0].effective == saved_[0] && data[1].effective == saved_[1]) return;  // holds them all

@@ -265,8 +265,9 @@ class AsCaller {
  public:
   // mode: of the object created; a set-group-ID bit needs the caller's supplementary groups.
   // dac=false: no override either, for objects the kernel has not checked (with all groups; a
-  // root caller with no more capabilities than /proc shows it holding).
-  AsCaller(fuse_req_t req, mode_t mode, bool dac = true);
+  // root caller with no more capabilities than /proc shows it holding, over `file` when given:
+  // one in a user namespace below ours holds them over a file it maps the owner and group of).
+  AsCaller(fuse_req_t req, mode_t mode, bool dac = true, const struct stat* file = nullptr);
   ~AsCaller();
   AsCaller(const AsCaller&) = delete;
   AsCaller& operator=(const AsCaller&) = delete;

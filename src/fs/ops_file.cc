@@ -232,7 +232,7 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
   } else if (!S_ISREG(st.st_mode)) {
     *err = ENXIO;
   } else {
-    AsCaller as(req, 0, false);
+    AsCaller as(req, 0, false, &st);
     fd = as.ok() ? open_unleased(f.proc_path(opath).c_str(), (flags & ~O_CREAT) | O_CLOEXEC) : -1;
     if (fd < 0) *err = as.ok() ? errno : EACCES;
   }

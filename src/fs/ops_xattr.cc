@@ -43,10 +43,12 @@ template <typename Fn>
 int as_needed(fuse_req_t req, Inode& i, const char* name, Fn call) {
   std::optional<AsCaller> as;
   struct stat st;
-  if (is_acl(name)) {
-    if (fstat(i.fd, &st) == 0 && st.st_uid == fuse_req_ctx(req)->uid) as.emplace(req, 0, false);
-  } else if (strncmp(name, "system.", 7) == 0) {
-    as.emplace(req, 0, false);
+  const bool acl = is_acl(name), system = !acl && strncmp(name, "system.", 7) == 0;
+  const bool known = (acl || system) && fstat(i.fd, &st) == 0;
+  if (acl) {
+    if (known && st.st_uid == fuse_req_ctx(req)->uid) as.emplace(req, 0, false, &st);
+  } else if (system) {
+    as.emplace(req, 0, false, known ? &st : nullptr);
   }
   if (as && !as->ok()) return EACCES;
   return call() == 0 ? 0 : errno;

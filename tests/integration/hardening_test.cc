@@ -267,6 +267,41 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
             }));
 }
 
+// A root caller in a user namespace below the daemon's (one that maps uid 0 and gid 0 to
+// themselves: `unshare -U --map-user=0 --map-group=0` run by root, a unit's PrivateUsers=) holds
+// its capabilities there: over files whose owner and group it maps, and no others.
+TEST(Hardening, CreateOverAFilePlacedInBackingCountsAUserNamespacesCapabilities) {
+  auto m = open_mount();
+  auto put = [&](const std::string& name, mode_t mode, uid_t uid, gid_t gid) {
+    cache_absent(m, name);
+    spit(m.bpath(name), name + "\n");
+    ASSERT_EQ(0, ::chmod(m.bpath(name).c_str(), mode));
+    ASSERT_EQ(0, ::chown(m.bpath(name).c_str(), uid, gid));
+  };
+  put("rootonly", 0400, 0, 0);
+  put("nobodys", 0600, kNobody, kNogroup);
+  // In a child: root of a new user namespace mapping 0 to 0, opens the file read-write.
+  auto in_userns = [&](const std::string& path) {
+    return job_as(m, 1, 0, [&] {
+      if (unshare(CLONE_NEWUSER) != 0) return 203;
+      for (auto [file, text] :
+           {std::pair{"setgroups", "deny"}, {"uid_map", "0 0 1"}, {"gid_map", "0 0 1"}}) {
+        int fd = ::open((std::string("/proc/self/") + file).c_str(), O_WRONLY);
+        if (fd < 0 || ::write(fd, text, strlen(text)) < 0) return 204;
+        ::close(fd);
+      }
+      int fd = ::open(path.c_str(), O_RDWR | O_CREAT, 0644);
+      return fd < 0 ? errno : 0;
+    });
+  };
+  // Natively first: what the mount must match.
+  ASSERT_EQ(0, in_userns(m.bpath("rootonly")));
+  ASSERT_EQ(EACCES, in_userns(m.bpath("nobodys")));
+  EXPECT_EQ(0, in_userns(m.path("rootonly")));
+  EXPECT_EQ(EACCES, in_userns(m.path("nobodys")));
+  EXPECT_EQ("nobodys\n", slurp(m.bpath("nobodys")));
+}
+
 // setfsuid(2) and setfsgid(2) fail without a word. A daemon run as root without CAP_SETUID or
 // CAP_SETGID (a unit's bounding set) cannot take a caller's uid or gid: it says so at start, and
 // what it would create or open for another user is refused, never done as root.
