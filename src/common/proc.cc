@@ -19,17 +19,18 @@
 namespace fencefs::proc {
 namespace {
 
-bool slurp(const char* path, std::string* out) {
+// records: a file of many records (uid_map), whose reads end at a record and so may be short.
+bool slurp(const char* path, std::string* out, bool records = false) {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   // Whole: a long Groups: line pushes the later fields (CapEff:) past the first 4 KiB. procfs
-  // fills each read, so a short one is the end.
+  // fills each read of a one-record file, so a short one is the end.
   char buf[4096];
   out->clear();
   ssize_t n;
   while ((n = ::read(fd, buf, sizeof buf)) > 0) {
     out->append(buf, static_cast<size_t>(n));
-    if (static_cast<size_t>(n) < sizeof buf) break;
+    if (!records && static_cast<size_t>(n) < sizeof buf) break;
   }
   ::close(fd);
   return n >= 0 && !out->empty();
@@ -86,6 +87,7 @@ std::optional<Stat> read_stat(pid_t pid) {
     std::string_view tok = rest.substr(pos, end - pos);
     if (field == 3 && !tok.empty()) st.state = tok.front();
     if (field == 4 && !parse_num(tok, &st.ppid)) return std::nullopt;
+    if (field == 9 && !parse_num(tok, &st.flags)) return std::nullopt;
     if (field == 22 && !parse_num(tok, &st.start_time)) return std::nullopt;
     ++field;
     pos = end + 1;
@@ -158,7 +160,7 @@ std::vector<Credentials::IdRange> read_id_map(pid_t tid, const char* which) {
   std::vector<Credentials::IdRange> out;
   std::string text;
   std::string path = "/proc/" + std::to_string(tid) + "/" + which;
-  if (!slurp(path.c_str(), &text)) return out;
+  if (!slurp(path.c_str(), &text, true)) return out;
   std::string_view rest(text);
   while (!rest.empty()) {
     size_t end = rest.find('\n');
@@ -177,6 +179,14 @@ std::vector<Credentials::IdRange> read_id_map(pid_t tid, const char* which) {
   return out;
 }
 
+constexpr uint32_t kPfIoWorker = 0x10;  // PF_IO_WORKER
+
+// An io_uring worker thread, or one that cannot be told apart from one.
+bool io_worker(pid_t tid) {
+  auto st = read_stat(tid);
+  return !st || (st->flags & kPfIoWorker);
+}
+
 bool maps(const std::vector<Credentials::IdRange>& map, uint32_t id) {
   for (const auto& r : map)
     if (id >= r.first && id - r.first < r.count) return true;
@@ -187,7 +197,7 @@ bool maps(const std::vector<Credentials::IdRange>& map, uint32_t id) {
 // being root there) makes them the kernel's capable().
 uint64_t parse_caps(pid_t tid, std::string_view text) {
   uint64_t caps = parse_cap_eff(text);
-  return caps && user_ns_of(tid) == 1 ? caps : 0;
+  return caps && !io_worker(tid) && user_ns_of(tid) == 1 ? caps : 0;
 }
 
 }  // namespace
@@ -202,7 +212,7 @@ std::optional<Credentials> credentials(pid_t tid) {
   if (!status_text(tid, &text)) return std::nullopt;
   Credentials cr;
   cr.groups = parse_groups(text);
-  if (uint64_t caps = parse_cap_eff(text)) {
+  if (uint64_t caps = parse_cap_eff(text); caps && !io_worker(tid)) {
     int where = user_ns_of(tid);
     if (where == 1) {
       cr.caps = caps;

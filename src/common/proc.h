@@ -15,7 +15,8 @@ struct Stat {
   pid_t ppid = 0;
   uint64_t start_time = 0;  // clock ticks since boot (10 ms): not an identity, see ProcessInfo
   std::string comm;
-  char state = 0;  // R, S, D, T, Z (exited, not yet reaped), ...
+  char state = 0;      // R, S, D, T, Z (exited, not yet reaped), ...
+  uint32_t flags = 0;  // the kernel's PF_* flags
 };
 
 // Thread group and command of a thread, from one read of /proc/TID/status.
@@ -60,9 +61,11 @@ std::optional<Identity> identity_of(pid_t tid);
 // ones of its creation): use it only to lower what the daemon does for a caller, never to raise.
 uint64_t effective_caps(pid_t tid);
 // A thread's supplementary groups and effective capabilities, from one read; nullopt when gone.
-// `caps`: as effective_caps(). A thread in a user namespace below ours holds `ns_caps` there, and
-// the kernel lets them count for a file only when that namespace maps the file's owner and group
-// (capable_wrt_inode_uidgid): caps_over() says what counts for one file.
+// `caps`: as effective_caps(). None count for an io_uring worker: it runs each request with its
+// submitter's credentials of the moment, /proc shows its own from when it started. A thread in a
+// user namespace below ours holds `ns_caps` there, and the kernel lets them count for a file only
+// when that namespace maps the file's owner and group (capable_wrt_inode_uidgid): caps_over() says
+// what counts for one file.
 struct Credentials {
   struct IdRange {
     uint32_t first = 0, count = 0;  // ids as our namespace counts them

@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/capability.h>
+#include <linux/io_uring.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -15,10 +17,13 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -108,6 +113,64 @@ void cache_absent(const Mount& m, const std::string& rel) {
   ASSERT_EQ(-1, ::lstat(m.path(rel).c_str(), &st));
   ASSERT_EQ(ENOENT, errno);
 }
+
+// One io_uring, raw system calls: enough to run requests on an io-wq worker thread.
+class Ring {
+ public:
+  Ring() {
+    io_uring_params p{};
+    fd_ = static_cast<int>(syscall(__NR_io_uring_setup, 4, &p));
+    if (fd_ < 0) return;
+    sq_len_ = p.sq_off.array + p.sq_entries * sizeof(unsigned);
+    cq_len_ = p.cq_off.cqes + p.cq_entries * sizeof(io_uring_cqe);
+    if (p.features & IORING_FEAT_SINGLE_MMAP) sq_len_ = cq_len_ = std::max(sq_len_, cq_len_);
+    sq_ = mmap(nullptr, sq_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_,
+               IORING_OFF_SQ_RING);
+    cq_ = (p.features & IORING_FEAT_SINGLE_MMAP)
+              ? sq_
+              : mmap(nullptr, cq_len_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd_,
+                     IORING_OFF_CQ_RING);
+    sqes_len_ = p.sq_entries * sizeof(io_uring_sqe);
+    sqes_ = static_cast<io_uring_sqe*>(mmap(nullptr, sqes_len_, PROT_READ | PROT_WRITE,
+                                            MAP_SHARED | MAP_POPULATE, fd_, IORING_OFF_SQES));
+    p_ = p;
+  }
+  bool ok() const {
+    return fd_ >= 0 && sq_ != MAP_FAILED && cq_ != MAP_FAILED && sqes_ != MAP_FAILED;
+  }
+  // Submits one request, forced onto an io-wq worker (IOSQE_ASYNC), and waits: its result.
+  int run(const std::function<void(io_uring_sqe&)>& fill) {
+    auto* base = static_cast<char*>(sq_);
+    auto* tail = reinterpret_cast<std::atomic<unsigned>*>(base + p_.sq_off.tail);
+    unsigned mask = *reinterpret_cast<unsigned*>(base + p_.sq_off.ring_mask);
+    auto* array = reinterpret_cast<unsigned*>(base + p_.sq_off.array);
+    unsigned t = tail->load(std::memory_order_relaxed);
+    io_uring_sqe& sqe = sqes_[t & mask];
+    sqe = io_uring_sqe{};
+    fill(sqe);
+    sqe.flags |= IOSQE_ASYNC;
+    array[t & mask] = t & mask;
+    tail->store(t + 1, std::memory_order_release);
+    if (syscall(__NR_io_uring_enter, fd_, 1, 1, IORING_ENTER_GETEVENTS, nullptr, 0) < 0)
+      return -errno;
+    auto* cbase = static_cast<char*>(cq_);
+    auto* head = reinterpret_cast<std::atomic<unsigned>*>(cbase + p_.cq_off.head);
+    unsigned cmask = *reinterpret_cast<unsigned*>(cbase + p_.cq_off.ring_mask);
+    auto* cqes = reinterpret_cast<io_uring_cqe*>(cbase + p_.cq_off.cqes);
+    unsigned h = head->load(std::memory_order_acquire);
+    int res = cqes[h & cmask].res;
+    head->store(h + 1, std::memory_order_release);
+    return res;
+  }
+
+ private:
+  int fd_ = -1;
+  io_uring_params p_{};
+  size_t sq_len_ = 0, cq_len_ = 0, sqes_len_ = 0;
+  void* sq_ = MAP_FAILED;
+  void* cq_ = MAP_FAILED;
+  io_uring_sqe* sqes_ = static_cast<io_uring_sqe*>(MAP_FAILED);
+};
 
 }  // namespace
 
@@ -300,6 +363,40 @@ TEST(Hardening, CreateOverAFilePlacedInBackingCountsAUserNamespacesCapabilities)
   EXPECT_EQ(0, in_userns(m.path("rootonly")));
   EXPECT_EQ(EACCES, in_userns(m.path("nobodys")));
   EXPECT_EQ("nobodys\n", slurp(m.bpath("nobodys")));
+}
+
+// An io_uring request runs on a kernel worker thread with its submitter's credentials of the
+// moment, while /proc shows the worker's own, from when it started. A root caller that dropped
+// CAP_DAC_OVERRIDE after its ring's worker started does not get it back through the mount.
+TEST(Hardening, AnIoUringWorkersOwnCapabilitiesNeverCount) {
+  auto m = open_mount();
+  for (const char* name : {"native", "mounted"}) {
+    cache_absent(m, name);
+    spit(m.bpath(name), "root's\n");
+    ASSERT_EQ(0, ::chmod(m.bpath(name).c_str(), 0));
+  }
+  // In a child: starts a worker with every capability (a NOP), drops them all, then opens the
+  // file read-write on that worker.
+  auto via_worker = [&](const std::string& path) {
+    return job_as(m, 1, 0, [&] {
+      Ring ring;
+      if (!ring.ok()) return 210;
+      if (ring.run([](io_uring_sqe& s) { s.opcode = IORING_OP_NOP; }) != 0) return 211;
+      __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+      __user_cap_data_struct data[2] = {};
+      if (syscall(SYS_capset, &hdr, data) != 0) return 212;
+      int r = ring.run([&](io_uring_sqe& s) {
+        s.opcode = IORING_OP_OPENAT;
+        s.fd = AT_FDCWD;
+        s.addr = reinterpret_cast<uint64_t>(path.c_str());
+        s.open_flags = O_RDWR | O_CREAT;
+        s.len = 0644;
+      });
+      return r >= 0 ? 0 : -r;
+    });
+  };
+  ASSERT_EQ(EACCES, via_worker(m.bpath("native")));
+  EXPECT_EQ(EACCES, via_worker(m.path("mounted")));
 }
 
 // setfsuid(2) and setfsgid(2) fail without a word. A daemon run as root without CAP_SETUID or
