@@ -133,22 +133,23 @@ bool same_file(const struct stat& a, const struct stat& b) {
   return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
-// 1: the thread lives in our user namespace, 2: in one below it, 0: elsewhere or unknown.
-int user_ns_of(pid_t tid) {
+enum class UserNs { Unknown, Ours, Below };  // where a thread lives, from ours
+
+UserNs user_ns_of(pid_t tid) {
   struct stat mine, theirs;
   std::string ns = "/proc/" + std::to_string(tid) + "/ns/user";
   int fd = open(ns.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  int where = 0;
+  if (fd < 0) return UserNs::Unknown;
+  UserNs where = UserNs::Unknown;
   if (stat("/proc/self/ns/user", &mine) == 0 && fstat(fd, &theirs) == 0) {
-    if (same_file(mine, theirs)) where = 1;
+    if (same_file(mine, theirs)) where = UserNs::Ours;
     // Nested 32 deep at most; NS_GET_PARENT fails above the namespace we live in.
-    for (int depth = 0; where == 0 && depth < 33; depth++) {
+    for (int depth = 0; where == UserNs::Unknown && depth < 33; depth++) {
       int parent = ioctl(fd, NS_GET_PARENT);
       if (parent < 0) break;
       close(fd);
       fd = parent;
-      if (fstat(fd, &theirs) == 0 && same_file(mine, theirs)) where = 2;
+      if (fstat(fd, &theirs) == 0 && same_file(mine, theirs)) where = UserNs::Below;
     }
   }
   close(fd);
@@ -193,13 +194,6 @@ bool maps(const std::vector<Credentials::IdRange>& map, uint32_t id) {
   return false;
 }
 
-// Capabilities count in the caller's own user namespace: only ours (the initial one, the daemon
-// being root there) makes them the kernel's capable().
-uint64_t parse_caps(pid_t tid, std::string_view text) {
-  uint64_t caps = parse_cap_eff(text);
-  return caps && !io_worker(tid) && user_ns_of(tid) == 1 ? caps : 0;
-}
-
 }  // namespace
 
 std::vector<gid_t> groups_of(pid_t pid) {
@@ -207,16 +201,18 @@ std::vector<gid_t> groups_of(pid_t pid) {
   return status_text(pid, &text) ? parse_groups(text) : std::vector<gid_t>{};
 }
 
-std::optional<Credentials> credentials(pid_t tid) {
+std::optional<Credentials> credentials(pid_t tid, bool with_caps) {
   std::string text;
   if (!status_text(tid, &text)) return std::nullopt;
   Credentials cr;
   cr.groups = parse_groups(text);
-  if (uint64_t caps = parse_cap_eff(text); caps && !io_worker(tid)) {
-    int where = user_ns_of(tid);
-    if (where == 1) {
+  // Capabilities count in the thread's own user namespace: ours (the daemon being root there)
+  // makes them the kernel's capable(), one below ours only over the ids it maps.
+  if (uint64_t caps = with_caps ? parse_cap_eff(text) : 0; caps && !io_worker(tid)) {
+    UserNs where = user_ns_of(tid);
+    if (where == UserNs::Ours) {
       cr.caps = caps;
-    } else if (where == 2) {
+    } else if (where == UserNs::Below) {
       cr.ns_caps = caps;
       cr.uid_map = read_id_map(tid, "uid_map");
       cr.gid_map = read_id_map(tid, "gid_map");
@@ -231,8 +227,8 @@ uint64_t Credentials::caps_over(uid_t uid, gid_t gid) const {
 }
 
 uint64_t effective_caps(pid_t tid) {
-  std::string text;
-  return status_text(tid, &text) ? parse_caps(tid, text) : 0;
+  auto cr = credentials(tid);
+  return cr ? cr->caps : 0;
 }
 
 bool sys_admin_capable(pid_t tid) {

@@ -55,17 +55,15 @@ std::optional<pid_t> tgid_of(pid_t tid);
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
 std::optional<Identity> identity_of(pid_t tid);
-// Thread `tid`'s effective capabilities (bit N: capability N) as the initial user namespace counts
-// them: none when it lives in another namespace, is gone or cannot be read. A thread's standing
-// credentials, not necessarily those a request of it runs with (an io_uring worker keeps the
-// ones of its creation): use it only to lower what the daemon does for a caller, never to raise.
-uint64_t effective_caps(pid_t tid);
-// A thread's supplementary groups and effective capabilities, from one read; nullopt when gone.
-// `caps`: as effective_caps(). None count for an io_uring worker: it runs each request with its
-// submitter's credentials of the moment, /proc shows its own from when it started. A thread in a
-// user namespace below ours holds `ns_caps` there, and the kernel lets them count for a file only
-// when that namespace maps the file's owner and group (capable_wrt_inode_uidgid): caps_over() says
-// what counts for one file.
+// Thread `tid`'s effective capabilities (bit N: capability N) where the kernel counts them; nullopt
+// when gone. A thread's standing credentials, not necessarily those a request of it runs with:
+// use them only to lower what the daemon does for a caller, never to raise. None count for an
+// io_uring worker: it runs each request with its submitter's credentials of the moment, /proc
+// shows its own from when it started. `caps`: those of a thread in our user namespace. A thread
+// in one below ours holds `ns_caps` there, and the kernel lets them count for a file only when
+// that namespace maps the file's owner and group (capable_wrt_inode_uidgid): caps_over() says
+// what counts for one file. The groups come from the same read; with_caps=false leaves the
+// capabilities out (0).
 struct Credentials {
   struct IdRange {
     uint32_t first = 0, count = 0;  // ids as our namespace counts them
@@ -76,7 +74,9 @@ struct Credentials {
   std::vector<IdRange> uid_map, gid_map;
   uint64_t caps_over(uid_t uid, gid_t gid) const;
 };
-std::optional<Credentials> credentials(pid_t tid);
+std::optional<Credentials> credentials(pid_t tid, bool with_caps = true);
+// credentials(tid)->caps, or 0.
+uint64_t effective_caps(pid_t tid);
 // Whether thread `tid` holds CAP_SYS_ADMIN in the initial user namespace (the kernel's capable(),
 // which hides trusted.* names from everyone else). False when gone or unknown.
 bool sys_admin_capable(pid_t tid);

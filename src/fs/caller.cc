@@ -41,7 +41,7 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac, const struct stat* fil
   if ((mode & S_ISGID) || !dac) {
     // Whether the bit survives depends on the caller's groups (/proc, read only here; a root
     // caller's capabilities come from the same read).
-    cr = proc::credentials(c->pid);
+    cr = proc::credentials(c->pid, c->uid == 0 && !dac);
     if (cr && syscall(SYS_setgroups, cr->groups.size(), cr->groups.data()) == 0) groups_ = true;
     // Checked natively: never with the daemon's own groups, when the caller's are unknown.
     if (!dac && !groups_ && syscall(SYS_setgroups, 0, nullptr) == 0) groups_ = true;
@@ -72,7 +72,7 @@ AsCaller::AsCaller(fuse_req_t req, mode_t mode, bool dac, const struct stat* fil
   if (c->uid == 0 && !dac) {
     // fsuid 0 kept the daemon's capabilities. A root caller may have shed some (a service's
     // bounding set): lowered to what /proc shows the caller holding, which can only be less
-    // than the daemon's; never raised from it (see proc::effective_caps).
+    // than the daemon's; never raised from it (see proc::Credentials).
     saved_[0] = data[0].effective;
     saved_[1] = data[1].effective;
     uint64_t caps = !cr ? 0 : file ? cr->caps_over(file->st_uid, file->st_gid) : cr->caps;
