@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <string>
+#include <vector>
 
 #include "integration/mount_fixture.h"
 
@@ -45,6 +46,45 @@ long long reads_to_read(const Mount& m, const std::string& rel, std::string* got
   return (r2 - r1) - (r1 - r0);
 }
 
+// Whether the kernel holds every page of the file's first kSize bytes, probed through a mapping of
+// `fd`, a read-only handle of it held open (mincore sees the page cache, not the mapping's own).
+bool cached(int fd) {
+  void* map = mmap(nullptr, kSize, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return false;
+  std::vector<unsigned char> in(kSize / 4096);
+  bool all = mincore(map, kSize, in.data()) == 0;
+  for (unsigned char c : in) all = all && (c & 1);
+  munmap(map, kSize);
+  return all;
+}
+
+// A read-only open of `rel` while all its pages are cached, and whether they were still all cached
+// once open(2) returned: the open kept them. The kernel reclaims pages of its own accord at any
+// time, which is not the open's doing: they are read into the cache again first, up to 10 times.
+// *reads: the READs that reading the file whole through that open then cost.
+struct Kept {
+  bool tried = false, kept = false;
+  long long reads = -1;
+  int refills = 0;  // read-only opens made to cache the pages again
+};
+Kept open_keeping(const Mount& m, const std::string& rel, int probe, std::string* got) {
+  Kept r;
+  for (; r.refills < 10 && !cached(probe); r.refills++) *got = slurp(m.path(rel));
+  if (!cached(probe)) return r;
+  r.tried = true;
+  long long r0 = reads(m), r1 = reads(m);
+  int fd = open(m.path(rel).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return r;
+  r.kept = cached(probe);
+  got->assign(kSize, '\0');
+  ssize_t n = pread(fd, got->data(), kSize, 0);
+  got->resize(n > 0 ? static_cast<size_t>(n) : 0);
+  close(fd);
+  long long r2 = reads(m);
+  r.reads = (r2 - r1) - (r1 - r0);
+  return r;
+}
+
 int advance(const Mount& m, int token) {
   return sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / " +
             std::to_string(token) + " >/dev/null");
@@ -72,14 +112,24 @@ TEST(ReadCache, AnUnchangedFileIsReadFromTheDaemonOnce) {
   std::string got;
   EXPECT_GT(reads_to_read(m, "f", &got), 0);
   EXPECT_TRUE(got == data);
+  int probe = open(m.path("f").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(probe, 0);
   long long kept = opens(m, "kept"), dropped = opens(m, "dropped");
   ASSERT_GE(kept, 0);
+  int refills = 0, read_none = 0;
   for (int k = 0; k < 3; k++) {
-    EXPECT_EQ(0, reads_to_read(m, "f", &got)) << "a read-only open dropped the cached pages";
+    Kept r = open_keeping(m, "f", probe, &got);
+    ASSERT_TRUE(r.tried) << "the kernel kept reclaiming the file's pages: nothing to keep";
+    EXPECT_TRUE(r.kept) << "a read-only open dropped the cached pages";
     EXPECT_TRUE(got == data);
+    refills += r.refills;
+    read_none += r.reads == 0;
   }
-  EXPECT_EQ(kept + 3, opens(m, "kept")) << "the metrics do not count the kept opens";
+  // The pages may be reclaimed while they are read, but not in every round.
+  EXPECT_GT(read_none, 0) << "every read of the cached file was read from the daemon";
+  EXPECT_EQ(kept + 3 + refills, opens(m, "kept")) << "the metrics do not count the kept opens";
   EXPECT_EQ(dropped, opens(m, "dropped"));
+  close(probe);
 }
 
 // Every way to change a file's data, then a fresh open: the mount shows what BACKING holds. Each
@@ -181,7 +231,9 @@ TEST(ReadCache, PagesAreKeptOnlyOnceTheDroppingOpenCompleted) {
   EXPECT_TRUE(buf == want);
   EXPECT_GT(reads_to_read(m, "f", &got), 0) << "kept pages before the dropping open completed";
   EXPECT_TRUE(got == want);
-  EXPECT_EQ(0, reads_to_read(m, "f", &got)) << "the completed open's drop was not taken as done";
+  Kept r = open_keeping(m, "f", r0, &got);
+  ASSERT_TRUE(r.tried) << "the kernel kept reclaiming the file's pages: nothing to keep";
+  EXPECT_TRUE(r.kept) << "the completed open's drop was not taken as done";
   EXPECT_TRUE(got == want);
   close(r1);
   close(r0);
