@@ -69,10 +69,14 @@ struct Kept {
 };
 Kept open_keeping(const Mount& m, const std::string& rel, int probe, std::string* got) {
   Kept r;
-  for (; r.refills < 10 && !cached(probe); r.refills++) *got = slurp(m.path(rel));
-  if (!cached(probe)) return r;
+  long long r0, r1;
+  for (;; r.refills++) {
+    r0 = reads(m), r1 = reads(m);  // first: the pages are probed right before the open
+    if (cached(probe)) break;
+    if (r.refills == 10) return r;
+    *got = slurp(m.path(rel));
+  }
   r.tried = true;
-  long long r0 = reads(m), r1 = reads(m);
   int fd = open(m.path(rel).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return r;
   r.kept = cached(probe);
