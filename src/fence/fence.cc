@@ -200,6 +200,7 @@ int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
   // Set under the exclusive lock, so no admission sees the new epoch without the mark.
   if (uncommitted) d.uncommitted.store(token, std::memory_order_release);
   d.epoch.store(token, std::memory_order_release);
+  if (after_advance_) after_advance_(d, token);
   if (acquired) *acquired = token;
   if (highwater_) highwater_->record(d.path, token);
   d.advances.fetch_add(1, std::memory_order_relaxed);

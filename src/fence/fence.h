@@ -145,6 +145,11 @@ class Fence {
   void set_before_advance(std::function<void(Domain& d, Epoch old)> f) {
     before_advance_ = std::move(f);
   }
+  // Runs under d's exclusive lock once its epoch is `now`, before anything is admitted under it.
+  // The filesystem drops what handles superseded by it left in the kernel's page cache.
+  void set_after_advance(std::function<void(Domain& d, Epoch now)> f) {
+    after_advance_ = std::move(f);
+  }
   // This member's part of a cluster advance: waits for every operation admitted below `token`
   // (d's lock, exclusively), runs flush (data written under the old epoch made durable), then
   // makes `token` d's durable local epoch. uncommitted: tokens >= it wait for the commit.
@@ -189,6 +194,7 @@ class Fence {
   proc::ProcessInfo& procs_;
   EpochAuthority* authority_ = nullptr;
   std::function<void(Domain&, Epoch)> before_advance_;
+  std::function<void(Domain&, Epoch)> after_advance_;
   std::atomic<int64_t> last_heal_ns_{0};
   common::Mutex domain_add_mu_;  // one add_domain at a time; before the DomainTable's lock
 };

@@ -48,8 +48,7 @@ void PageCache::untrack(Handle& h) {
   Entry& e = it->second;
   // A superseded handle may have left refused bytes in the cache (its mapping dirtied pages after
   // the advance): they are dropped before the handle stops holding writeback back.
-  if (h.stale.load() || h.token.load() < h.domain->epoch.load())
-    request_drop_locked(*h.inode, e.ino);
+  if (superseded(h)) request_drop_locked(*h.inode, e.ino);
   std::erase(e.handles, &h);
   // With no such handle left nothing can be written back, and the next open drops the cache
   // anyway (no open keeps it once a writable handle was open: ReadCache): what was pending is
@@ -91,6 +90,26 @@ void PageCache::refused(const Inode& i, fuse_ino_t ino) {
   request_drop_locked(i, ino);
 }
 
+bool PageCache::superseded(const Handle& h) {
+  return h.tracker != nullptr &&
+         (h.stale.load() || h.token.load() < h.domain->epoch.load(std::memory_order_acquire));
+}
+
+bool PageCache::has_superseded_locked(const Entry& e) const {
+  return std::any_of(e.handles.begin(), e.handles.end(),
+                     [](const Handle* h) { return superseded(*h); });
+}
+
+void PageCache::superseded(const fence::Domain& d, fence::Epoch now) {
+  std::lock_guard lk(mu_);
+  for (auto& [inode, e] : inodes_)
+    for (const Handle* h : e.handles)
+      if (h->domain == &d && (h->stale.load() || h->token.load() < now)) {
+        request_drop_locked(*inode, e.ino);
+        break;
+      }
+}
+
 void PageCache::request_drop_locked(const Inode& i, fuse_ino_t ino) {
   auto it = inodes_.find(&i);
   if (it != inodes_.end()) it->second.wanted++;
@@ -103,8 +122,21 @@ void PageCache::request_drop_locked(const Inode& i, fuse_ino_t ino) {
 void PageCache::run() {
   std::unique_lock lk(mu_);
   while (true) {
-    cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+    auto next = std::chrono::steady_clock::time_point::max();
+    for (const Sweep& w : sweeps_) next = std::min(next, w.due);
+    cv_.wait_until(lk, next, [&] {
+      return stopping_ || !queue_.empty() || std::chrono::steady_clock::now() >= next;
+    });
     if (stopping_) return;
+    auto t = std::chrono::steady_clock::now();
+    std::erase_if(sweeps_, [&](const Sweep& w) {
+      if (w.due > t) return false;
+      auto it = inodes_.find(w.inode);
+      if (it != inodes_.end() && it->second.serial == w.serial && has_superseded_locked(it->second))
+        request_drop_locked(*w.inode, w.ino);
+      return true;
+    });
+    if (queue_.empty()) continue;
     Drop drop = queue_.front();
     queue_.pop_front();
     const Inode* inode = drop.inode;
@@ -122,8 +154,14 @@ void PageCache::run() {
     lk.lock();
     if (err == 0 || err == -ENOENT) {  // ENOENT: the kernel holds nothing of that inode
       auto it = inodes_.find(inode);
-      if (it != inodes_.end() && it->second.serial == serial)
+      if (it != inodes_.end() && it->second.serial == serial) {
         it->second.dropped = std::max(it->second.dropped, covers);
+        // Others may read pages in again that the superseded holder's mapping stores into.
+        if (has_superseded_locked(it->second) &&
+            std::none_of(sweeps_.begin(), sweeps_.end(),
+                         [&](const Sweep& w) { return w.inode == inode; }))
+          sweeps_.push_back(Sweep{inode, ino, serial, std::chrono::steady_clock::now() + kSweep});
+      }
       continue;
     }
     // Left pending, writeback of the inode stays refused until its writable handles are closed.

@@ -13,10 +13,18 @@
 // would carry them. So every refusal drops the inode's cached pages, on a thread of its own (the
 // kernel may need this daemon to answer WRITEs and READs while it drops them), and until that is
 // done no writeback of the inode lands.
+//
+// A store into a mapped page reaches no daemon: until writeback, whatever a superseded holder
+// stores shows to every reader of the cached page. So an advance drops the pages of every inode
+// with a handle it superseded (a mapping holds none after that), such a handle is refused READs
+// (the holder's next store faults on a page it cannot read: SIGBUS), and while it stays open its
+// inode's pages are dropped again every kSweep, since other readers may bring pages back that
+// the holder's mapping then stores into.
 #pragma once
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -61,6 +69,15 @@ class PageCache {
   // Bytes written to inode i were refused: drop its cached pages.
   void refused(const Inode& i, fuse_ino_t ino);
 
+  // d's epoch is `now`: drops the pages of every inode with a tracked handle of d below it.
+  void superseded(const fence::Domain& d, fence::Epoch now);
+  // A tracked handle whose token is below its domain's epoch, or refused as stale: it may not
+  // read, so its mapping cannot fault pages in to store into.
+  static bool superseded(const Handle& h);
+
+  // How often the pages of an inode are dropped while a superseded handle of it is open.
+  static constexpr std::chrono::milliseconds kSweep{100};
+
  private:
   struct Entry {
     std::vector<Handle*> handles;
@@ -71,6 +88,7 @@ class PageCache {
   };
   void run();
   void request_drop_locked(const Inode& i, fuse_ino_t ino);
+  bool has_superseded_locked(const Entry& e) const;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -81,6 +99,13 @@ class PageCache {
     int attempts;
   };
   std::deque<Drop> queue_;
+  struct Sweep {
+    const Inode* inode;
+    fuse_ino_t ino;
+    uint64_t serial;
+    std::chrono::steady_clock::time_point due;
+  };
+  std::vector<Sweep> sweeps_;  // inodes whose superseded handles are still open
   fuse_session* se_ = nullptr;
   std::thread thread_;
   bool stopping_ = false;

@@ -199,8 +199,9 @@ TEST(Mmap, PausedHolderWithSharedWritableMapping) {
     memset(p, 'H', kSize / 2);  // dirty, not yet written back
     signal_fd(ready.w);
     raise(SIGSTOP);
-    memset(p + kSize / 2, 'h', kSize / 2);  // resumed after the advance
-    memset(p, 'h', kPage);
+    // Resumed after the advance: a store faults (a page the holder would read in), or lands in a
+    // page the new owner read in, and its writeback is refused.
+    if (!store(p + kSize / 2, 'h', kSize / 2) || !store(p, 'h', kPage)) _exit(0);
     int rc = msync(p, kSize, MS_SYNC);
     int err = rc != 0 ? errno : 0;
     munmap(p, kSize);
@@ -241,9 +242,8 @@ TEST(Mmap, SupersededHolderAndNewOwnerMappedAtOnce) {
     auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
     if (fd < 0 || p == MAP_FAILED) _exit(11);
     signal_fd(h_done.w);
-    wait_fd(h_go.r);  // superseded by now
-    memset(p, 'H', kPage);
-    memset(p + kPage + kPage / 2, 'H', kPage / 2);
+    wait_fd(h_go.r);  // superseded by now: a store faults, or is refused at writeback
+    if (!store(p, 'H', kPage) || !store(p + kPage + kPage / 2, 'H', kPage / 2)) _exit(0);
     int rc = msync(p, kSize, MS_SYNC);
     int err = rc != 0 ? errno : 0;
     munmap(p, kSize);
@@ -296,6 +296,85 @@ TEST(Mmap, SupersededHolderAndNewOwnerMappedAtOnce) {
     }
   }
   EXPECT_TRUE(slurp(m.path("f")) == want) << "the mount shows bytes that are not in BACKING";
+}
+
+// A store into a mapped page reaches no daemon until writeback (30 s later by default), and every
+// reader of the cached page sees it meanwhile. So a superseded holder's stores must not outlive
+// the advance there, nor come back: the advance drops the pages it dirtied, a store into a page
+// someone else read in again is dropped at the next sweep, and a page the holder would read in
+// itself faults (SIGBUS), as does a read(2) through its handle (ESTALE).
+TEST(Mmap, ASupersededHoldersStoresDoNotShowAfterTheAdvance) {
+  Mount m;
+  make_file(m, "f", 1, 'a');
+  Pipe cmd, reply;
+  Kid holder(fork());
+  if (holder.pid == 0) {
+    if (m.ctl("bind / 1") != 0) _exit(10);
+    int fd = open(m.path("f").c_str(), O_RDWR);
+    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    signal_fd(reply.w);
+    // Commands: a page number to store 'X' into (replies 'S' stored, 'F' faulted); 'r' to read
+    // through the handle (replies 'E' when refused with ESTALE or EIO); 'q' to end.
+    for (char c; read(cmd.r, &c, 1) == 1 && c != 'q';) {
+      char r = 'R';
+      if (c >= '0' && c < '0' + static_cast<int>(kPages)) {
+        r = store(p + (c - '0') * kPage, 'X', 16) ? 'S' : 'F';
+      } else if (c == 'r') {
+        char b;
+        r = pread(fd, &b, 1, 5 * kPage) == -1 && (errno == ESTALE || errno == EIO) ? 'E' : 'R';
+      }
+      if (write(reply.w, &r, 1) != 1) _exit(12);
+    }
+    _exit(0);
+  }
+  ASSERT_TRUE(step_of(holder, reply.r));
+  auto ask = [&](char c) {
+    char r = '?';
+    pollfd pf{reply.r, POLLIN, 0};
+    if (write(cmd.w, &c, 1) == 1 && poll(&pf, 1, 60000) == 1 && read(reply.r, &r, 1) != 1) r = '?';
+    return r;
+  };
+  // A reader's shared mapping, made before the advance: it opens nothing afterwards (a fresh
+  // read-only open drops the cached pages anyway while a writable handle is open).
+  int rfd = open(m.path("f").c_str(), O_RDONLY);
+  ASSERT_GE(rfd, 0);
+  auto* r = static_cast<volatile char*>(mmap(nullptr, kSize, PROT_READ, MAP_SHARED, rfd, 0));
+  ASSERT_NE(MAP_FAILED, r);
+  ASSERT_EQ('S', ask('0'));  // stored under epoch 1, not written back
+  EXPECT_EQ('X', r[0]);
+  auto shows = [&](size_t page, char want) {  // 2 s at most
+    for (int i = 0; i < 200; i++) {
+      if (r[page * kPage] == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  ASSERT_EQ(0, advance(m, 2));
+  EXPECT_TRUE(shows(0, 'a')) << "the holder's stores made before the advance still show";
+
+  // The holder stores into a page the reader read in (a sweep may drop it first: retried).
+  char stored = '?';
+  for (int i = 0; i < 20 && stored != 'S'; i++) {
+    EXPECT_EQ('a', r[2 * kPage]);
+    stored = ask('2');
+  }
+  ASSERT_EQ('S', stored) << "the holder never found the page in the cache";
+  EXPECT_TRUE(shows(2, 'a')) << "the holder's store after the advance still shows";
+
+  // Nobody reads: the sweeps leave no page to store into, and the holder cannot read one in.
+  std::this_thread::sleep_for(4 * std::chrono::milliseconds(100));
+  EXPECT_EQ('F', ask('4')) << "the superseded holder's mapping read a page in and stored into it";
+  EXPECT_EQ('E', ask('r')) << "a read(2) through the superseded O_RDWR handle was served";
+  char q = 'q';
+  ASSERT_EQ(1, write(cmd.w, &q, 1));
+  EXPECT_EQ(0, exit_code(holder));
+  EXPECT_TRUE(slurp(m.bpath("f")) == std::string(kSize, 'a'))
+      << "the holder's bytes reached BACKING";
+  for (size_t k = 0; k < kPages; k++) EXPECT_EQ('a', r[k * kPage]) << "page " << k;
+  munmap(const_cast<char*>(r), kSize);
+  close(rfd);
+  EXPECT_TRUE(slurp(m.path("f")) == std::string(kSize, 'a'));
 }
 
 // A refused write(2) has already been copied into the kernel's page cache; it must not reach

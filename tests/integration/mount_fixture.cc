@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -300,6 +301,18 @@ int in_child(const std::function<int()>& fn) {
   int st;
   waitpid(pid, &st, 0);
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+namespace {
+sigjmp_buf fault_env;
+void on_sigbus(int) { siglongjmp(fault_env, 1); }
+}  // namespace
+
+bool store(char* p, char c, size_t n) {
+  signal(SIGBUS, on_sigbus);
+  if (sigsetjmp(fault_env, 1) != 0) return false;
+  memset(p, c, n);
+  return true;
 }
 
 std::string slurp(const std::string& path) {

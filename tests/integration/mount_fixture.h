@@ -85,6 +85,9 @@ int in_child(const std::function<int()>& fn);
 
 std::string slurp(const std::string& path);
 void spit(const std::string& path, const std::string& data);
+// Stores `n` bytes of `c` at p (a mapping), in a forked child: false when the store faulted
+// (SIGBUS), as it does for a superseded holder whose page is not cached (its READ is refused).
+bool store(char* p, char c, size_t n);
 // The value of the series NAME{…LABEL…} in a metrics text (.fencefs/metrics), LABEL being one
 // `key="value"` pair among its labels; -1 if absent.
 long long metric(const std::string& metrics, const std::string& name, const std::string& label);
