@@ -198,17 +198,19 @@ bool maps(const std::vector<Credentials::IdRange>& map, uint32_t id) {
 
 std::vector<gid_t> groups_of(pid_t pid) {
   std::string text;
-  return status_text(pid, &text) ? parse_groups(text) : std::vector<gid_t>{};
+  return status_text(pid, &text) && !io_worker(pid) ? parse_groups(text) : std::vector<gid_t>{};
 }
 
 std::optional<Credentials> credentials(pid_t tid, bool with_caps) {
   std::string text;
   if (!status_text(tid, &text)) return std::nullopt;
   Credentials cr;
+  // An io_uring worker's /proc shows the groups and capabilities it started with: none count.
+  if (io_worker(tid)) return cr;
   cr.groups = parse_groups(text);
   // Capabilities count in the thread's own user namespace: ours (the daemon being root there)
   // makes them the kernel's capable(), one below ours only over the ids it maps.
-  if (uint64_t caps = with_caps ? parse_cap_eff(text) : 0; caps && !io_worker(tid)) {
+  if (uint64_t caps = with_caps ? parse_cap_eff(text) : 0) {
     UserNs where = user_ns_of(tid);
     if (where == UserNs::Ours) {
       cr.caps = caps;

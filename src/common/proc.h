@@ -51,15 +51,15 @@ ProcessInfo& system();
 std::optional<Stat> read_stat(pid_t pid);
 // Thread group id of a thread id (from /proc/TID/status), nullopt when gone.
 std::optional<pid_t> tgid_of(pid_t tid);
-// Supplementary groups of a process (from /proc/PID/status).
+// Supplementary groups of a process (from /proc/PID/status); none for an io_uring worker.
 std::vector<gid_t> groups_of(pid_t pid);
 std::string comm_of(pid_t pid);
 std::optional<Identity> identity_of(pid_t tid);
 // Thread `tid`'s effective capabilities (bit N: capability N) where the kernel counts them; nullopt
 // when gone. A thread's standing credentials, not necessarily those a request of it runs with:
-// use them only to lower what the daemon does for a caller, never to raise. None count for an
-// io_uring worker: it runs each request with its submitter's credentials of the moment, /proc
-// shows its own from when it started. `caps`: those of a thread in our user namespace. A thread
+// use them only to lower what the daemon does for a caller, never to raise. Neither groups nor
+// capabilities count for an io_uring worker: it runs each request with its submitter's
+// credentials of the moment, /proc shows its own from when it started. `caps`: those of a thread in our user namespace. A thread
 // in one below ours holds `ns_caps` there, and the kernel lets them count for a file only when
 // that namespace maps the file's owner and group (capable_wrt_inode_uidgid): caps_over() says
 // what counts for one file. The groups come from the same read; with_caps=false leaves the

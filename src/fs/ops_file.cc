@@ -2,13 +2,16 @@
 // through the handle presents that token.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <shared_mutex>
 
+#include "common/proc.h"
 #include "fencefs/ioctl.h"
 #include "fs/kernel_io.h"
 #include "fs/ops.h"
@@ -350,10 +353,9 @@ bool kill_setid(fuse_req_t req, int fd) {
   mode_t mode = st.st_mode & 07777 & ~S_ISUID;
   if (st.st_mode & S_ISGID) {
     bool in_group = c->gid == st.st_gid;
-    if (!in_group) {
-      gid_t groups[256];
-      int n = fuse_req_getgroups(req, 256, groups);
-      for (int k = 0; k < n && k < 256; k++) in_group |= groups[k] == st.st_gid;
+    if (!in_group) {  // none for an io_uring worker, whose /proc shows the groups it started with
+      auto cr = proc::credentials(c->pid, false);
+      in_group = cr && std::find(cr->groups.begin(), cr->groups.end(), st.st_gid) != cr->groups.end();
     }
     if ((st.st_mode & S_IXGRP) || !in_group) mode &= ~S_ISGID;
   }
@@ -408,6 +410,18 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, fuse_file_info* fi) 
   fuse_reply_err(req, res == 0 ? 0 : errno);
 }
 
+// fallocate and copy_file_range carry no kill flag. A non-root caller's run as it (ChargedTo),
+// so BACKING clears set-ID bits natively; a root caller's run with the daemon's CAP_FSETID, which
+// keeps them: cleared here unless the caller holds CAP_FSETID itself (never an io_uring worker).
+static void kill_setid_for_root(fuse_req_t req, int fd, fuse_ino_t ino) {
+  struct stat st;
+  const fuse_ctx* c = fuse_req_ctx(req);
+  if (c->uid != 0 || fstat(fd, &st) != 0 || !(st.st_mode & (S_ISUID | S_ISGID))) return;
+  auto cr = proc::credentials(c->pid);
+  if (cr && (cr->caps & (uint64_t{1} << CAP_FSETID))) return;
+  if (kill_setid(req, fd)) kernel_io::attributes_changed(ino);
+}
+
 void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
                   fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
@@ -420,7 +434,9 @@ void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len
     ChargedTo charged(req);
     res = fallocate(h.fd, mode, off, len);
   }
-  fuse_reply_err(req, res == 0 ? 0 : errno);
+  if (res != 0) return (void)fuse_reply_err(req, errno);
+  kill_setid_for_root(req, h.fd, ino);
+  fuse_reply_err(req, 0);
 }
 
 void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_file_info* fi_in,
@@ -439,6 +455,7 @@ void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in, off_t off_in, fuse_fi
     n = copy_file_range(in.fd, &off_in, out.fd, &off_out, len, static_cast<unsigned>(flags));
   }
   if (n < 0) return (void)fuse_reply_err(req, errno);
+  kill_setid_for_root(req, out.fd, ino_out);
   fuse_reply_write(req, static_cast<size_t>(n));
 }
 

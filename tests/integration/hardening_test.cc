@@ -407,6 +407,91 @@ TEST(Hardening, AnIoUringWorkersOwnCapabilitiesNeverCount) {
   EXPECT_EQ(EACCES, via_worker(m.path("mounted")));
 }
 
+// The same for groups: a caller that left a group after its ring's worker started is not in it
+// through the mount, nor an issuer by it.
+TEST(Hardening, AnIoUringWorkersOwnGroupsNeverCount) {
+  constexpr gid_t kGroup = 4242;
+  auto m = open_mount();
+  for (const char* name : {"native", "mounted"}) {
+    cache_absent(m, name);
+    spit(m.bpath(name), "the group's\n");
+    ASSERT_EQ(0, ::chown(m.bpath(name).c_str(), 0, kGroup));
+    ASSERT_EQ(0, ::chmod(m.bpath(name).c_str(), 0060));
+  }
+  // In a child: starts a worker while in the group, leaves it and becomes nobody, then opens the
+  // file read-write on that worker.
+  auto via_worker = [&](const std::string& path) {
+    return job_as(m, 1, 0, [&] {
+      if (setgroups(1, &kGroup) != 0) return 214;
+      Ring ring;
+      if (!ring.ok()) return 210;
+      if (ring.run([](io_uring_sqe& s) { s.opcode = IORING_OP_NOP; }) != 0) return 211;
+      if (setgroups(0, nullptr) != 0 || setgid(kNogroup) != 0 || setuid(kNobody) != 0) return 212;
+      bool stale = false;  // the premise: the worker still shows the group in /proc
+      for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+        std::string st = slurp(t.path().string() + "/status");
+        stale |= st.find("Name:\tiou-wrk-") != std::string::npos &&
+                 st.find("Groups:\t" + std::to_string(kGroup)) != std::string::npos;
+      }
+      if (!stale) return 213;
+      int r = ring.run([&](io_uring_sqe& s) {
+        s.opcode = IORING_OP_OPENAT;
+        s.fd = AT_FDCWD;
+        s.addr = reinterpret_cast<uint64_t>(path.c_str());
+        s.open_flags = O_RDWR | O_CREAT;
+        s.len = 0644;
+      });
+      return r >= 0 ? 0 : -r;
+    });
+  };
+  ASSERT_EQ(EACCES, via_worker(m.bpath("native")));
+  EXPECT_EQ(EACCES, via_worker(m.path("mounted")));
+  EXPECT_EQ("the group's\n", slurp(m.bpath("mounted")));
+}
+
+// fallocate(2) and copy_file_range(2) clear set-user-ID and set-group-ID bits of a file unless
+// the caller holds CAP_FSETID, as natively: also for a root caller without it (the kernel sends
+// no kill flag with them, and the daemon's own CAP_FSETID would keep them).
+TEST(Hardening, FallocateAndCopyFileRangeClearSetIdBitsWithoutCapFsetid) {
+  auto m = open_mount();
+  spit(m.bpath("src"), std::string(4096, 's'));
+  // The file's mode after the operation, by a root caller with or without CAP_FSETID.
+  auto op_on = [&](bool mounted, bool copy, bool fsetid) {
+    spit(m.bpath("f"), std::string(4096, 'a'));
+    if (::chmod(m.bpath("f").c_str(), 06777) != 0) return -1;
+    auto at = [&](const char* n) { return mounted ? m.path(n) : m.bpath(n); };
+    int rc = job_as(m, 1, 0, [&] {
+      if (!fsetid) {
+        __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+        __user_cap_data_struct data[2] = {};
+        if (syscall(SYS_capget, &hdr, data) != 0) return 1;
+        data[0].effective &= ~(1u << CAP_FSETID);
+        if (syscall(SYS_capset, &hdr, data) != 0) return 2;
+      }
+      int fd = ::open(at("f").c_str(), O_WRONLY);
+      if (fd < 0) return 3;
+      if (copy) {
+        int in = ::open(at("src").c_str(), O_RDONLY);
+        if (in < 0 || copy_file_range(in, nullptr, fd, nullptr, 100, 0) != 100) return 4;
+        ::close(in);
+      } else if (::fallocate(fd, 0, 0, 8192) != 0) {
+        return 5;
+      }
+      return ::close(fd) == 0 ? 0 : 6;
+    });
+    struct stat st;
+    if (rc != 0) return -100 - rc;
+    return ::stat(m.bpath("f").c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -2;
+  };
+  for (bool copy : {false, true}) {
+    SCOPED_TRACE(copy ? "copy_file_range" : "fallocate");
+    EXPECT_EQ(0777, op_on(false, copy, false));
+    EXPECT_EQ(0777, op_on(true, copy, false));
+    EXPECT_EQ(06777, op_on(false, copy, true));
+    EXPECT_EQ(06777, op_on(true, copy, true));
+  }
+}
+
 // setfsuid(2) and setfsgid(2) fail without a word. A daemon run as root without CAP_SETUID or
 // CAP_SETGID (a unit's bounding set) cannot take a caller's uid or gid: it says so at start, and
 // what it would create or open for another user is refused, never done as root.
