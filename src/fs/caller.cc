@@ -120,11 +120,19 @@ AsCaller::~AsCaller() {
 
 namespace fencefs::fs {
 
-ChargedTo::ChargedTo(fuse_req_t req) {
+ChargedTo::ChargedTo(fuse_req_t req, bool keep_caps) {
   uid_t uid = fuse_req_ctx(req)->uid;
   if (uid == 0) return;
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2];
+  if (keep_caps && syscall(SYS_capget, &hdr, data) != 0) return;  // stays root: as before
   syscall(SYS_setfsuid, uid);
   switched_ = true;
+  // Back to fsuid 0 (the destructor) makes them effective again in any case.
+  if (keep_caps && syscall(SYS_capset, &hdr, data) != 0) {
+    syscall(SYS_setfsuid, 0);
+    switched_ = false;
+  }
 }
 
 ChargedTo::~ChargedTo() {

@@ -301,12 +301,14 @@ class CallerUmask {
 // serving. False when the kernel refused.
 bool own_umask();
 
-// Runs a data-path syscall (write, fallocate, copy) with the caller's fsuid, so that the backing
-// filesystem allocates blocks as for the caller: an unprivileged job never reaches the blocks
-// reserved for root, which the journal's advances may need.
+// Runs a syscall that allocates blocks (write, fallocate, copy; with keep_caps an xattr, link or
+// rename, which the backing filesystem checks again) with the caller's fsuid, so that it allocates
+// as for the caller: an unprivileged job never reaches the blocks reserved for root, which the
+// journal's advances may need. keep_caps: the daemon's filesystem capabilities, which the switch
+// clears, stay effective (the kernel already checked the caller's permission on the mount).
 class ChargedTo {
  public:
-  explicit ChargedTo(fuse_req_t req);
+  explicit ChargedTo(fuse_req_t req, bool keep_caps = false);
   ~ChargedTo();
   ChargedTo(const ChargedTo&) = delete;
   ChargedTo& operator=(const ChargedTo&) = delete;

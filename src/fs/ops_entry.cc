@@ -206,7 +206,12 @@ void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
-  if (linkat(i.fd, "", np.fd, newname, AT_EMPTY_PATH) != 0) return (void)fuse_reply_err(req, errno);
+  int res;
+  {
+    ChargedTo charged(req, true);  // the directory may grow
+    res = linkat(i.fd, "", np.fd, newname, AT_EMPTY_PATH);
+  }
+  if (res != 0) return (void)fuse_reply_err(req, errno);
   fuse_entry_param e;
   int err = f.do_lookup(newparent, newname, &e);
   if (err) return (void)fuse_reply_err(req, err);
@@ -282,7 +287,12 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
-  if (renameat2(p.fd, name, np.fd, newname, flags) != 0) return (void)fuse_reply_err(req, errno);
+  int res;
+  {
+    ChargedTo charged(req, true);  // the new directory may grow
+    res = renameat2(p.fd, name, np.fd, newname, flags);
+  }
+  if (res != 0) return (void)fuse_reply_err(req, errno);
   // Within one directory no entry changes parent (or domain): nothing to record.
   if (&p != &np) f.renamed(p, name, np, newname, flags, d1 != d2 ? d2 : nullptr, t2);
   fuse_reply_err(req, 0);

@@ -51,6 +51,8 @@ int as_needed(fuse_req_t req, Inode& i, const char* name, Fn call) {
     as.emplace(req, 0, false, known ? &st : nullptr);
   }
   if (as && !as->ok()) return EACCES;
+  std::optional<ChargedTo> charged;  // as the caller already, or charged to it: a new xattr block
+  if (!as) charged.emplace(req, true);
   return call() == 0 ? 0 : errno;
 }
 

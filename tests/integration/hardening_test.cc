@@ -1009,9 +1009,32 @@ TEST(Hardening, FullDiskCannotStopAnAdvance) {
       return 101;  // never full
     });
   };
+  // Files for xattrs, made first: each xattr too large for the inode takes a block of its own
+  // (1 KiB on a disk this small: 4 MiB in all).
+  const int kXattrFiles = 4000;
+  ASSERT_EQ(0, job_as(m, 1, kNobody, [&] {
+              for (int i = 0; i < kXattrFiles; i++) {
+                int fd = creat(m.path("x" + std::to_string(i)).c_str(), 0644);
+                if (fd < 0) return errno;
+                ::close(fd);
+              }
+              return 0;
+            }));
   EXPECT_EQ(ENOSPC, fill(kNobody, 1, "by-nobody"));
   ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
   EXPECT_GE(sv.f_bfree * sv.f_frsize, reserved / 2) << "the non-root writer used the root reserve";
+  // Nor through xattrs (blocks the daemon allocates with its own fsuid unless charged).
+  EXPECT_EQ(ENOSPC, job_as(m, 1, kNobody, [&] {
+              for (int i = 0; i < kXattrFiles; i++) {
+                std::string v = std::to_string(i) + std::string(800, 'v');  // not shared
+                if (setxattr(m.path("x" + std::to_string(i)).c_str(), "user.big", v.data(),
+                             v.size(), 0) != 0)
+                  return errno;
+              }
+              return 0;
+            }));
+  ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
+  EXPECT_GE(sv.f_bfree * sv.f_frsize, reserved / 2) << "nobody's xattrs used the root reserve";
   EXPECT_EQ(0, m.ctl("advance / 2"));
   // Root (which may use the reserve, as natively) fills the rest.
   EXPECT_EQ(ENOSPC, fill(0, 2, "by-root"));
