@@ -319,6 +319,12 @@ void Fs::set_parent_locked(Inode* i, Inode* p) {
   }
 }
 
+bool Fs::kernel_holds(const struct stat& st) {
+  common::MutexLock lk(table_mu_);
+  Inode* i = find_locked(st);
+  return i && i->fd.load() >= 0;
+}
+
 Inode* Fs::find_locked(const struct stat& st) {
   if (st.st_ino == root_.ino && st.st_dev == root_.dev) return &root_;
   auto it = table_.find({st.st_ino, st.st_dev});

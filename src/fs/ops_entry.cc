@@ -229,6 +229,19 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
                                       exists ? st.st_ino : 0);
 }
 
+// The kernel judged the sticky rule on the entry it had cached, which may have been replaced in
+// BACKING since: UNLINK, RMDIR and RENAME name their source, not the inode checked. In a sticky
+// directory, an entry that neither the caller nor the directory's owner owns is removed only if
+// it is a file the kernel holds (so the one it judged). A root caller is not judged again.
+static int sticky_allows(fuse_req_t req, Fs& f, Inode& p, const char* name) {
+  uid_t uid = fuse_req_ctx(req)->uid;
+  struct stat dir, st;
+  if (uid == 0 || fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == uid)
+    return 0;
+  if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;  // the syscall says why
+  return st.st_uid == uid || f.kernel_holds(st) ? 0 : EPERM;
+}
+
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
   Fs& f = fs(req);
   Inode& p = *f.inode(parent);
@@ -237,6 +250,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bo
   fence::Admission a;
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
+  if ((err = sticky_allows(req, f, p, name))) return (void)fuse_reply_err(req, err);
   if (unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_err(req, 0);
 }
@@ -287,6 +301,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
+  if (int err = sticky_allows(req, f, p, name)) return (void)fuse_reply_err(req, err);
   int res;
   {
     ChargedTo charged(req, true);  // the new directory may grow

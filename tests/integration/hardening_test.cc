@@ -525,6 +525,38 @@ TEST(Hardening, WithoutCapSetuidOrSetgidNothingIsDoneAsRootForACaller) {
   }
 }
 
+// The kernel judges the sticky rule on the entry it cached. One replaced in BACKING since (the
+// caller removed its own file there, and root made one of the same name) is judged again: the
+// caller may not remove or rename root's file through the mount, as it may not natively.
+TEST(Hardening, AStickyEntryReplacedInBackingIsJudgedAgain) {
+  auto m = open_mount();
+  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
+  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
+  for (const char* op : {"unlink", "rename"}) {
+    SCOPED_TRACE(op);
+    const std::string x = std::string("tmp/") + op;
+    ASSERT_EQ(0, job_as(m, 1, kNobody, [&] {
+                int fd = ::open(m.path(x).c_str(), O_WRONLY | O_CREAT, 0644);
+                if (fd < 0) return errno;
+                ::close(fd);
+                struct stat st;  // cached: the kernel holds x as nobody's
+                return ::stat(m.path(x).c_str(), &st) == 0 ? 0 : errno;
+              }));
+    ASSERT_EQ(0, job_as(m, 0, kNobody, [&] { return E(::unlink(m.bpath(x).c_str())); }));
+    spit(m.bpath(x), "root's\n");
+    // Natively nobody may not; through the mount neither.
+    auto attempt = [&](const std::string& path) {
+      return job_as(m, 1, kNobody, [&] {
+        if (std::string(op) == "unlink") return E(::unlink(path.c_str()));
+        return E(::rename(path.c_str(), (path + ".moved").c_str()));
+      });
+    };
+    EXPECT_EQ(EPERM, attempt(m.bpath(x)));
+    EXPECT_EQ(EPERM, attempt(m.path(x)));
+    EXPECT_EQ("root's\n", slurp(m.bpath(x)));
+  }
+}
+
 // In a sticky directory CAP_FOWNER lets a caller remove and rename entries of other owners; the
 // kernel checked it, and the daemon does not take it away.
 TEST(Hardening, CapFownerStillPassesTheStickyRule) {
