@@ -59,11 +59,11 @@ std::optional<Identity> identity_of(pid_t tid);
 // when gone. A thread's standing credentials, not necessarily those a request of it runs with:
 // use them only to lower what the daemon does for a caller, never to raise. Neither groups nor
 // capabilities count for an io_uring worker: it runs each request with its submitter's
-// credentials of the moment, /proc shows its own from when it started. `caps`: those of a thread in our user namespace. A thread
-// in one below ours holds `ns_caps` there, and the kernel lets them count for a file only when
-// that namespace maps the file's owner and group (capable_wrt_inode_uidgid): caps_over() says
-// what counts for one file. The groups come from the same read; with_caps=false leaves the
-// capabilities out (0).
+// credentials of the moment, /proc shows its own from when it started. `caps`: those of a thread in
+// our user namespace. A thread in one below ours holds `ns_caps` there, and the kernel lets them
+// count for a file only when that namespace maps the file's owner and group
+// (capable_wrt_inode_uidgid): caps_over() says what counts for one file. The groups come from the
+// same read; with_caps=false leaves the capabilities out (0).
 struct Credentials {
   struct IdRange {
     uint32_t first = 0, count = 0;  // ids as our namespace counts them

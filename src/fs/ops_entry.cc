@@ -236,8 +236,7 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
 static int sticky_allows(fuse_req_t req, Fs& f, Inode& p, const char* name) {
   uid_t uid = fuse_req_ctx(req)->uid;
   struct stat dir, st;
-  if (uid == 0 || fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == uid)
-    return 0;
+  if (uid == 0 || fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == uid) return 0;
   if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;  // the syscall says why
   return st.st_uid == uid || f.kernel_holds(st) ? 0 : EPERM;
 }

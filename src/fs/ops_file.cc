@@ -355,7 +355,8 @@ bool kill_setid(fuse_req_t req, int fd) {
     bool in_group = c->gid == st.st_gid;
     if (!in_group) {  // none for an io_uring worker, whose /proc shows the groups it started with
       auto cr = proc::credentials(c->pid, false);
-      in_group = cr && std::find(cr->groups.begin(), cr->groups.end(), st.st_gid) != cr->groups.end();
+      in_group =
+          cr && std::find(cr->groups.begin(), cr->groups.end(), st.st_gid) != cr->groups.end();
     }
     if ((st.st_mode & S_IXGRP) || !in_group) mode &= ~S_ISGID;
   }
