@@ -365,6 +365,18 @@ TEST(Hardening, CreateOverAFilePlacedInBackingCountsAUserNamespacesCapabilities)
   EXPECT_EQ("nobodys\n", slurp(m.bpath("nobodys")));
 }
 
+// An O_RDWR|O_CREAT open of path on the ring's worker: 0, or the errno.
+static int ring_open(Ring& ring, const std::string& path) {
+  int r = ring.run([&](io_uring_sqe& s) {
+    s.opcode = IORING_OP_OPENAT;
+    s.fd = AT_FDCWD;
+    s.addr = reinterpret_cast<uint64_t>(path.c_str());
+    s.open_flags = O_RDWR | O_CREAT;
+    s.len = 0644;
+  });
+  return r >= 0 ? 0 : -r;
+}
+
 // An io_uring request runs on a kernel worker thread with its submitter's credentials of the
 // moment, while /proc shows the worker's own, from when it started. A root caller that dropped
 // CAP_DAC_OVERRIDE after its ring's worker started does not get it back through the mount.
@@ -393,14 +405,7 @@ TEST(Hardening, AnIoUringWorkersOwnCapabilitiesNeverCount) {
                  st.find("CapEff:\t0000000000000000") == std::string::npos;
       }
       if (!stale) return 213;
-      int r = ring.run([&](io_uring_sqe& s) {
-        s.opcode = IORING_OP_OPENAT;
-        s.fd = AT_FDCWD;
-        s.addr = reinterpret_cast<uint64_t>(path.c_str());
-        s.open_flags = O_RDWR | O_CREAT;
-        s.len = 0644;
-      });
-      return r >= 0 ? 0 : -r;
+      return ring_open(ring, path);
     });
   };
   ASSERT_EQ(EACCES, via_worker(m.bpath("native")));
@@ -434,14 +439,7 @@ TEST(Hardening, AnIoUringWorkersOwnGroupsNeverCount) {
                  st.find("Groups:\t" + std::to_string(kGroup)) != std::string::npos;
       }
       if (!stale) return 213;
-      int r = ring.run([&](io_uring_sqe& s) {
-        s.opcode = IORING_OP_OPENAT;
-        s.fd = AT_FDCWD;
-        s.addr = reinterpret_cast<uint64_t>(path.c_str());
-        s.open_flags = O_RDWR | O_CREAT;
-        s.len = 0644;
-      });
-      return r >= 0 ? 0 : -r;
+      return ring_open(ring, path);
     });
   };
   ASSERT_EQ(EACCES, via_worker(m.bpath("native")));

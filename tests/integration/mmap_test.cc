@@ -109,6 +109,16 @@ int exit_code(Kid& k) {
   return ::testing::AssertionFailure() << "child did not reach its step within a minute";
 }
 
+// In a forked child: binds with `bind`, opens f O_RDWR into *fd and maps it shared and writable;
+// exits (10, 11) if it cannot.
+char* map_as_holder(const Mount& m, const std::string& bind, int* fd) {
+  if (m.ctl(bind) != 0) _exit(10);
+  *fd = open(m.path("f").c_str(), O_RDWR);
+  void* p = mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0);
+  if (*fd < 0 || p == MAP_FAILED) _exit(11);
+  return static_cast<char*>(p);
+}
+
 // msync of a freshly dirtied page until it succeeds: a writeback is refused while refused bytes
 // of the file are still being dropped from the page cache (milliseconds).
 int msync_until_ok(char* map, size_t page, char fill) {
@@ -192,10 +202,8 @@ TEST(Mmap, PausedHolderWithSharedWritableMapping) {
   Pipe ready;
   Kid holder(fork());
   if (holder.pid == 0) {
-    if (m.ctl("bind / 1") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 1", &fd);
     memset(p, 'H', kSize / 2);  // dirty, not yet written back
     signal_fd(ready.w);
     raise(SIGSTOP);
@@ -237,10 +245,8 @@ TEST(Mmap, SupersededHolderAndNewOwnerMappedAtOnce) {
   Pipe h_go, h_done, o_ready, o_go;
   Kid holder(fork());
   if (holder.pid == 0) {
-    if (m.ctl("bind / 1") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 1", &fd);
     signal_fd(h_done.w);
     wait_fd(h_go.r);  // superseded by now: a store faults, or is refused at writeback
     if (!store(p, 'H', kPage) || !store(p + kPage + kPage / 2, 'H', kPage / 2)) _exit(0);
@@ -254,10 +260,8 @@ TEST(Mmap, SupersededHolderAndNewOwnerMappedAtOnce) {
   ASSERT_EQ(0, advance(m, 2));
   Kid owner(fork());
   if (owner.pid == 0) {
-    if (m.ctl("bind / 2") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 2", &fd);
     // While a superseded O_RDWR handle is open, no mapped writeback lands, not even the owner's.
     memset(p + kPage, 'N', kPage / 2);
     if (msync(p, kSize, MS_SYNC) == 0) _exit(30);
@@ -309,10 +313,8 @@ TEST(Mmap, ASupersededHoldersStoresDoNotShowAfterTheAdvance) {
   Pipe cmd, reply;
   Kid holder(fork());
   if (holder.pid == 0) {
-    if (m.ctl("bind / 1") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 1", &fd);
     signal_fd(reply.w);
     // Commands: a page number to store 'X' into (replies 'S' stored, 'F' faulted); 'r' to read
     // through the handle (replies 'E' when refused with ESTALE or EIO); 'q' to end.
@@ -400,10 +402,8 @@ TEST(Mmap, RefusedWriteDoesNotLandWithTheOwnersWriteback) {
   ASSERT_EQ(0, advance(m, 2));
   Kid owner(fork());
   if (owner.pid == 0) {
-    if (m.ctl("bind / 2") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 2", &fd);
     if (p[100] != 'a') _exit(12);  // page 0 is mapped
     signal_fd(o_ready.w);
     wait_fd(o_go.r);
@@ -449,10 +449,8 @@ void refused_write_beside_owners_mapped_byte(std::vector<std::string> daemon_arg
   ASSERT_EQ(0, advance(m, 2));
   Kid owner(fork());
   if (owner.pid == 0) {
-    if (m.ctl("bind / 2") != 0) _exit(10);
-    int fd = open(m.path("f").c_str(), O_RDWR);
-    auto* p = static_cast<char*>(mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-    if (fd < 0 || p == MAP_FAILED) _exit(11);
+    int fd = -1;
+    char* p = map_as_holder(m, "bind / 2", &fd);
     if (p[100] != 'a') _exit(12);
     signal_fd(o_ready.w);
     wait_fd(o_go.r);
