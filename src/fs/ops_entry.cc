@@ -238,7 +238,7 @@ static int sticky_allows(fuse_req_t req, Fs& f, Inode& p, const char* name) {
   struct stat dir, st;
   if (uid == 0 || fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == uid) return 0;
   if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;  // the syscall says why
-  return st.st_uid == uid || f.kernel_holds(st) ? 0 : EPERM;
+  return st.st_uid == uid || f.kernel_holds(p.fd, name, st) ? 0 : EPERM;
 }
 
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
