@@ -150,10 +150,6 @@ class Fs {
   // Looks up (or creates) the inode for an entry; fills e. 0 or errno.
   int do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e);
   void forget_one(fuse_ino_t ino, uint64_t n);
-  // Whether the kernel holds the file at `name` in dirfd, whose stat is st: an inode in the table
-  // whose fd pins that file (its number cannot have been reused), or whose file handle is the
-  // entry's. False when unsure.
-  bool kernel_holds(int dirfd, const char* name, const struct stat& st);
   int stat_inode(Inode& i, struct stat* st);
   void fill_virtual(fuse_ino_t ino, struct stat* st);
 

@@ -319,23 +319,6 @@ void Fs::set_parent_locked(Inode* i, Inode* p) {
   }
 }
 
-bool Fs::kernel_holds(int dirfd, const char* name, const struct stat& st) {
-  struct {
-    file_handle h;
-    unsigned char bytes[sizeof(FileId::bytes)];
-  } buf;
-  buf.h.handle_bytes = sizeof(FileId::bytes);
-  int mnt_id;
-  bool have = name_to_handle_at(dirfd, name, &buf.h, &mnt_id, 0) == 0;
-  common::MutexLock lk(table_mu_);
-  Inode* i = find_locked(st);
-  if (!i) return false;
-  if (i->fd.load() >= 0) return true;
-  // Reclaimed: its number may have been reused since, its handle (with a generation) tells.
-  return have && i->id.len == buf.h.handle_bytes && i->id.type == buf.h.handle_type &&
-         memcmp(i->id.bytes, buf.h.f_handle, i->id.len) == 0;
-}
-
 Inode* Fs::find_locked(const struct stat& st) {
   if (st.st_ino == root_.ino && st.st_dev == root_.dev) return &root_;
   auto it = table_.find({st.st_ino, st.st_dev});

@@ -1,11 +1,13 @@
 // Namespace operations: lookup, attributes, and everything that adds, removes or renames entries.
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "common/path.h"
+#include "common/proc.h"
 #include "fs/kernel_io.h"
 #include "fs/ops.h"
 
@@ -230,15 +232,18 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
 }
 
 // The kernel judged the sticky rule on the entry it had cached, which may have been replaced in
-// BACKING since: UNLINK, RMDIR and RENAME name their source, not the inode checked. In a sticky
-// directory, an entry that neither the caller nor the directory's owner owns is removed only if
-// it is a file the kernel holds (so the one it judged). A root caller is not judged again.
-static int sticky_allows(fuse_req_t req, Fs& f, Inode& p, const char* name) {
-  uid_t uid = fuse_req_ctx(req)->uid;
+// BACKING since: UNLINK, RMDIR and RENAME name their source (and an exchange its target), not the
+// inode checked. So in a sticky directory the entry there now is judged again, as natively: its
+// owner, the directory's owner, or a caller whose CAP_FOWNER counts over it (from /proc, never an
+// io_uring worker's) may remove or move it.
+static int sticky_allows(fuse_req_t req, Inode& p, const char* name) {
+  const fuse_ctx* c = fuse_req_ctx(req);
   struct stat dir, st;
-  if (uid == 0 || fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == uid) return 0;
+  if (fstat(p.fd, &dir) != 0 || !(dir.st_mode & S_ISVTX) || dir.st_uid == c->uid) return 0;
   if (fstatat(p.fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return 0;  // the syscall says why
-  return st.st_uid == uid || f.kernel_holds(p.fd, name, st) ? 0 : EPERM;
+  if (st.st_uid == c->uid) return 0;
+  auto cr = proc::credentials(c->pid);
+  return cr && (cr->caps_over(st.st_uid, st.st_gid) & (uint64_t{1} << CAP_FOWNER)) ? 0 : EPERM;
 }
 
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
@@ -249,7 +254,7 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bo
   fence::Admission a;
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
-  if ((err = sticky_allows(req, f, p, name))) return (void)fuse_reply_err(req, err);
+  if ((err = sticky_allows(req, p, name))) return (void)fuse_reply_err(req, err);
   if (unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_err(req, 0);
 }
@@ -300,7 +305,9 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
-  if (int err = sticky_allows(req, f, p, name)) return (void)fuse_reply_err(req, err);
+  int err = sticky_allows(req, p, name);
+  if (!err && (flags & RENAME_EXCHANGE)) err = sticky_allows(req, np, newname);
+  if (err) return (void)fuse_reply_err(req, err);
   int res;
   {
     ChargedTo charged(req, true);  // the new directory may grow

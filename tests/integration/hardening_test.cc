@@ -530,9 +530,12 @@ TEST(Hardening, AStickyEntryReplacedInBackingIsJudgedAgain) {
   auto m = open_mount();
   ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
   ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
-  for (const char* op : {"unlink", "rename"}) {
+  // "known": the replacement is a file the kernel holds under another name (moved over x in
+  // BACKING); "exchange": x is an exchange's target, which the kernel does not look up again.
+  for (const char* op : {"unlink", "rename", "known", "exchange"}) {
     SCOPED_TRACE(op);
     const std::string x = std::string("tmp/") + op;
+    const std::string other = x + ".other";
     ASSERT_EQ(0, job_as(m, 1, kNobody, [&] {
                 int fd = ::open(m.path(x).c_str(), O_WRONLY | O_CREAT, 0644);
                 if (fd < 0) return errno;
@@ -541,12 +544,28 @@ TEST(Hardening, AStickyEntryReplacedInBackingIsJudgedAgain) {
                 return ::stat(m.path(x).c_str(), &st) == 0 ? 0 : errno;
               }));
     ASSERT_EQ(0, job_as(m, 0, kNobody, [&] { return E(::unlink(m.bpath(x).c_str())); }));
-    spit(m.bpath(x), "root's\n");
+    if (std::string(op) == "known") {
+      spit(m.bpath(other), "root's\n");
+      struct stat st;
+      ASSERT_EQ(0, ::stat(m.path(other).c_str(), &st));
+      ASSERT_EQ(0, ::rename(m.bpath(other).c_str(), m.bpath(x).c_str()));
+    } else {
+      spit(m.bpath(x), "root's\n");
+    }
     // Natively nobody may not; through the mount neither.
     auto attempt = [&](const std::string& path) {
       return job_as(m, 1, kNobody, [&] {
-        if (std::string(op) == "unlink") return E(::unlink(path.c_str()));
-        return E(::rename(path.c_str(), (path + ".moved").c_str()));
+        std::string mine = path + ".mine";
+        if (std::string(op) == "exchange") {
+          int fd = ::open(mine.c_str(), O_WRONLY | O_CREAT, 0644);
+          if (fd < 0) return 100;
+          ::close(fd);
+          return E(syscall(SYS_renameat2, AT_FDCWD, mine.c_str(), AT_FDCWD, path.c_str(),
+                           RENAME_EXCHANGE));
+        }
+        if (std::string(op) == "rename")
+          return E(::rename(path.c_str(), (path + ".moved").c_str()));
+        return E(::unlink(path.c_str()));
       });
     };
     EXPECT_EQ(EPERM, attempt(m.bpath(x)));
