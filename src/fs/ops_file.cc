@@ -317,22 +317,9 @@ static void confirm_drop(Fs& f, Handle& h) {
   if (uint64_t d = h.drop.exchange(0)) f.readcache.dropped(*h.inode, d);
 }
 
-// A superseded handle that could map the file writable reads nothing: a page its mapping cannot
-// fault in is a page it cannot store into (see PageCache).
-static int refuse_superseded_read(fuse_req_t req, Handle& h) {
-  Fs& f = fs(req);
-  std::string tok = std::to_string(h.token.load());
-  return f.fence().refuse(
-      f.caller(req), {"read", h.domain, {}, tok, {h.fd, nullptr}}, fence::Reason::Stale, ESTALE,
-      fmt::format("handle opened for reading and writing with token {} below domain {}'s epoch "
-                  "{}: it may map the file, so it reads nothing",
-                  tok, h.domain->path, h.domain->epoch.load()));
-}
-
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, fuse_file_info* fi) {
   Handle& h = *handle_of(fi);
   if (h.inode->kind != Kind::Real) return ctl_read(req, h, size, off);
-  if (PageCache::superseded(h)) return (void)fuse_reply_err(req, refuse_superseded_read(req, h));
   confirm_drop(fs(req), h);
   fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
   buf.buf[0].flags = static_cast<fuse_buf_flags>(FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK);

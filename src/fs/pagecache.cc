@@ -38,6 +38,11 @@ void PageCache::track(Handle& h, fuse_ino_t ino) {
   }
   e.handles.push_back(&h);
   h.tracker = this;
+  // Opened while an advance superseded its token (after the advance looked): swept like the rest.
+  if (superseded(h)) {
+    request_drop_locked(*h.inode, e.ino);
+    next_sweep_ = std::min(next_sweep_, std::chrono::steady_clock::now() + kSweep);
+  }
 }
 
 void PageCache::untrack(Handle& h) {
@@ -102,19 +107,36 @@ bool PageCache::has_superseded_locked(const Entry& e) const {
 
 void PageCache::superseded(const fence::Domain& d, fence::Epoch now) {
   std::lock_guard lk(mu_);
+  bool any = false;
   for (auto& [inode, e] : inodes_)
     for (const Handle* h : e.handles)
       if (h->domain == &d && (h->stale.load() || h->token.load() < now)) {
         request_drop_locked(*inode, e.ino);
+        any = true;
         break;
       }
+  if (any) {
+    next_sweep_ = std::min(next_sweep_, std::chrono::steady_clock::now() + kSweep);
+    cv_.notify_one();
+  }
+}
+
+void PageCache::sweep_locked(std::chrono::steady_clock::time_point now) {
+  size_t n = 0;
+  for (auto& [inode, e] : inodes_)
+    if (has_superseded_locked(e)) {
+      request_drop_locked(*inode, e.ino);
+      n++;
+    }
+  next_sweep_ = n == 0 ? std::chrono::steady_clock::time_point::max()
+                       : now + std::max<std::chrono::steady_clock::duration>(
+                                   kSweep, kSweepPerInode * static_cast<int64_t>(n));
 }
 
 void PageCache::request_drop_locked(const Inode& i, fuse_ino_t ino) {
   auto it = inodes_.find(&i);
   if (it != inodes_.end()) it->second.wanted++;
-  for (const Drop& q : queue_)
-    if (q.inode == &i) return;  // not started yet: it covers this refusal too
+  if (!queued_.insert(&i).second) return;  // not started yet: it covers this refusal too
   queue_.push_back(Drop{&i, ino, 0});
   cv_.notify_one();
 }
@@ -122,23 +144,15 @@ void PageCache::request_drop_locked(const Inode& i, fuse_ino_t ino) {
 void PageCache::run() {
   std::unique_lock lk(mu_);
   while (true) {
-    auto next = std::chrono::steady_clock::time_point::max();
-    for (const Sweep& w : sweeps_) next = std::min(next, w.due);
-    cv_.wait_until(lk, next, [&] {
-      return stopping_ || !queue_.empty() || std::chrono::steady_clock::now() >= next;
+    cv_.wait_until(lk, next_sweep_, [&] {
+      return stopping_ || !queue_.empty() || std::chrono::steady_clock::now() >= next_sweep_;
     });
     if (stopping_) return;
-    auto t = std::chrono::steady_clock::now();
-    std::erase_if(sweeps_, [&](const Sweep& w) {
-      if (w.due > t) return false;
-      auto it = inodes_.find(w.inode);
-      if (it != inodes_.end() && it->second.serial == w.serial && has_superseded_locked(it->second))
-        request_drop_locked(*w.inode, w.ino);
-      return true;
-    });
+    if (auto t = std::chrono::steady_clock::now(); t >= next_sweep_) sweep_locked(t);
     if (queue_.empty()) continue;
     Drop drop = queue_.front();
     queue_.pop_front();
+    queued_.erase(drop.inode);
     const Inode* inode = drop.inode;
     fuse_ino_t ino = drop.ino;
     uint64_t serial = 0, covers = 0;
@@ -154,19 +168,13 @@ void PageCache::run() {
     lk.lock();
     if (err == 0 || err == -ENOENT) {  // ENOENT: the kernel holds nothing of that inode
       auto it = inodes_.find(inode);
-      if (it != inodes_.end() && it->second.serial == serial) {
+      if (it != inodes_.end() && it->second.serial == serial)
         it->second.dropped = std::max(it->second.dropped, covers);
-        // Others may read pages in again that the superseded holder's mapping stores into.
-        if (has_superseded_locked(it->second) &&
-            std::none_of(sweeps_.begin(), sweeps_.end(),
-                         [&](const Sweep& w) { return w.inode == inode; }))
-          sweeps_.push_back(Sweep{inode, ino, serial, std::chrono::steady_clock::now() + kSweep});
-      }
       continue;
     }
     // Left pending, writeback of the inode stays refused until its writable handles are closed.
     log::warn("cannot drop cached pages of inode {:#x}: {}", ino, common::errstr(-err));
-    if (++drop.attempts < 20) {
+    if (++drop.attempts < 20 && queued_.insert(drop.inode).second) {
       queue_.push_back(drop);
       cv_.wait_for(lk, std::chrono::milliseconds(50), [&] { return stopping_; });
     }

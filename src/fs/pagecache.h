@@ -14,12 +14,11 @@
 // kernel may need this daemon to answer WRITEs and READs while it drops them), and until that is
 // done no writeback of the inode lands.
 //
-// A store into a mapped page reaches no daemon: until writeback, whatever a superseded holder
-// stores shows to every reader of the cached page. So an advance drops the pages of every inode
-// with a handle it superseded (a mapping holds none after that), such a handle is refused READs
-// (the holder's next store faults on a page it cannot read: SIGBUS), and while it stays open its
-// inode's pages are dropped again every kSweep, since other readers may bring pages back that
-// the holder's mapping then stores into.
+// A store into a mapped page reaches no daemon: until writeback (30 s by default), whatever a
+// superseded holder stores shows to every reader of the cached page. So an advance drops the
+// pages of every inode with a tracked handle it superseded, and while such a handle stays open
+// its inode's pages are dropped again every sweep (kSweep, longer with many such inodes): a
+// store made after the advance shows until the next sweep, not until writeback.
 #pragma once
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
@@ -31,6 +30,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "fence/token.h"
@@ -71,12 +71,13 @@ class PageCache {
 
   // d's epoch is `now`: drops the pages of every inode with a tracked handle of d below it.
   void superseded(const fence::Domain& d, fence::Epoch now);
-  // A tracked handle whose token is below its domain's epoch, or refused as stale: it may not
-  // read, so its mapping cannot fault pages in to store into.
+  // A tracked handle whose token is below its domain's epoch, or refused as stale.
   static bool superseded(const Handle& h);
 
-  // How often the pages of an inode are dropped while a superseded handle of it is open.
+  // How often the pages of inodes with a superseded handle open are dropped: every kSweep, or
+  // every kSweepPerInode per such inode when there are more (at most 1,000 drops a second).
   static constexpr std::chrono::milliseconds kSweep{100};
+  static constexpr std::chrono::milliseconds kSweepPerInode{1};
 
  private:
   struct Entry {
@@ -89,6 +90,7 @@ class PageCache {
   void run();
   void request_drop_locked(const Inode& i, fuse_ino_t ino);
   bool has_superseded_locked(const Entry& e) const;
+  void sweep_locked(std::chrono::steady_clock::time_point now);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -99,13 +101,9 @@ class PageCache {
     int attempts;
   };
   std::deque<Drop> queue_;
-  struct Sweep {
-    const Inode* inode;
-    fuse_ino_t ino;
-    uint64_t serial;
-    std::chrono::steady_clock::time_point due;
-  };
-  std::vector<Sweep> sweeps_;  // inodes whose superseded handles are still open
+  std::unordered_set<const Inode*> queued_;  // in queue_, not started
+  // The next sweep; max() while no tracked handle is known to be superseded.
+  std::chrono::steady_clock::time_point next_sweep_ = std::chrono::steady_clock::time_point::max();
   fuse_session* se_ = nullptr;
   std::thread thread_;
   bool stopping_ = false;
