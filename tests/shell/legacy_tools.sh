@@ -472,11 +472,32 @@ for j in "${JOBS[@]}"; do
     sleep 0.01
   done
 done
+# A reader of the WAL database that stays open across the advance: sqlite keeps its database and
+# -shm file open read-write and its -shm mapped, but reads are never fenced.
+bound "$TOKEN" python3 -c '
+import os, signal, sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+print(c.execute("SELECT count(*) FROM t").fetchone()[0], flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+print(c.execute("SELECT count(*) FROM t").fetchone()[0], flush=True)
+c.close()' "$MNT/wal.sqlite" >"$LOGS/walreader.out" 2>&1 &
+WALREADER=$!
+for _ in $(seq 1 2000); do  # stopped after its first read
+  pid=$(pgrep -f 'import os, signal, sqlite3' | head -1)
+  [ -n "$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" = T ] && break
+  sleep 0.01
+done
 if "$FENCECTL" advance --mount "$MNT" / "$NEWTOKEN" >"$LOGS/advance2.log" 2>&1; then
   pass "fencectl advance to $NEWTOKEN supersedes token $TOKEN"
 else
   fail "fencectl advance to $NEWTOKEN: $(cat "$LOGS/advance2.log")"
 fi
+pkill -CONT -f 'import os, signal, sqlite3' 2>/dev/null
+wait "$WALREADER"
+rc=$?
+[ $rc = 0 ] && [ "$(tr '\n' ' ' <"$LOGS/walreader.out")" = "1 1 " ] &&
+  pass "a superseded sqlite reader of a WAL database still reads after the advance" ||
+  fail "superseded sqlite reader: exit $rc, $(head -c 300 "$LOGS/walreader.out")"
 
 stale_round() {  # stale_round LABEL superseded|none
   local label=$1 mode=$2 j before after rc
