@@ -49,7 +49,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
   budget_ = std::make_unique<FdBudget>(limit);
   fence_.set_before_advance([this](Domain& d, Epoch old) { stamp_writers(d, old); });
-  fence_.set_after_advance([this](Domain& d, Epoch now) { pagecache.superseded(d, now); });
+  fence_.set_after_advance([this](Domain&, Epoch) { pagecache.advanced(); });
   // Filesystems whose regular files have no flush operation: close(2) reports nothing there
   // (NFS, CIFS, FUSE and the like report write-back errors at close, so they keep FLUSH).
   struct statfs sfs;

@@ -38,11 +38,8 @@ void PageCache::track(Handle& h, fuse_ino_t ino) {
   }
   e.handles.push_back(&h);
   h.tracker = this;
-  // Opened while an advance superseded its token (after the advance looked): swept like the rest.
-  if (superseded(h)) {
-    request_drop_locked(*h.inode, e.ino);
-    next_sweep_ = std::min(next_sweep_, std::chrono::steady_clock::now() + kSweep);
-  }
+  // Opened while an advance superseded its token (after the advance asked for a sweep).
+  if (superseded(h)) sweep_soon_locked();
 }
 
 void PageCache::untrack(Handle& h) {
@@ -105,20 +102,14 @@ bool PageCache::has_superseded_locked(const Entry& e) const {
                      [](const Handle* h) { return superseded(*h); });
 }
 
-void PageCache::superseded(const fence::Domain& d, fence::Epoch now) {
+void PageCache::advanced() {
   std::lock_guard lk(mu_);
-  bool any = false;
-  for (auto& [inode, e] : inodes_)
-    for (const Handle* h : e.handles)
-      if (h->domain == &d && (h->stale.load() || h->token.load() < now)) {
-        request_drop_locked(*inode, e.ino);
-        any = true;
-        break;
-      }
-  if (any) {
-    next_sweep_ = std::min(next_sweep_, std::chrono::steady_clock::now() + kSweep);
-    cv_.notify_one();
-  }
+  sweep_soon_locked();
+}
+
+void PageCache::sweep_soon_locked() {
+  next_sweep_ = std::chrono::steady_clock::time_point::min();
+  cv_.notify_one();
 }
 
 void PageCache::sweep_locked(std::chrono::steady_clock::time_point now) {

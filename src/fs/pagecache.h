@@ -15,10 +15,10 @@
 // done no writeback of the inode lands.
 //
 // A store into a mapped page reaches no daemon: until writeback (30 s by default), whatever a
-// superseded holder stores shows to every reader of the cached page. So an advance drops the
-// pages of every inode with a tracked handle it superseded, and while such a handle stays open
-// its inode's pages are dropped again every sweep (kSweep, longer with many such inodes): a
-// store made after the advance shows until the next sweep, not until writeback.
+// superseded holder stores shows to every reader of the cached page. So an advance starts a sweep
+// that drops the pages of every inode with a tracked handle it superseded, and while such a
+// handle stays open its inode's pages are dropped again every sweep (kSweep, longer with many such
+// inodes): a store made after the advance shows until the next sweep, not until writeback.
 #pragma once
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
@@ -69,8 +69,8 @@ class PageCache {
   // Bytes written to inode i were refused: drop its cached pages.
   void refused(const Inode& i, fuse_ino_t ino);
 
-  // d's epoch is `now`: drops the pages of every inode with a tracked handle of d below it.
-  void superseded(const fence::Domain& d, fence::Epoch now);
+  // An epoch moved: a sweep soon drops the pages of every inode with a tracked handle below it.
+  void advanced();
   // A tracked handle whose token is below its domain's epoch, or refused as stale.
   static bool superseded(const Handle& h);
 
@@ -91,6 +91,7 @@ class PageCache {
   void request_drop_locked(const Inode& i, fuse_ino_t ino);
   bool has_superseded_locked(const Entry& e) const;
   void sweep_locked(std::chrono::steady_clock::time_point now);
+  void sweep_soon_locked();
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
