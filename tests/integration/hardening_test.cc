@@ -598,29 +598,6 @@ TEST(Hardening, CapFownerStillPassesTheStickyRule) {
                           [&] { return ::unlink(m.path("tmp/d").c_str()) == 0 ? 0 : errno; }));
 }
 
-// The same once the daemon gave the entries' fds back (more inodes cached than it may hold fds:
-// they are known by their file handles then): CAP_FOWNER still removes them.
-TEST(Hardening, CapFownerStillPassesTheStickyRuleAfterFdReclaim) {
-  constexpr int kFiles = 30000;
-  auto m = open_mount();
-  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
-  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
-  for (int i = 0; i < kFiles; i++) {
-    std::string b = m.bpath("tmp/f" + std::to_string(i));
-    spit(b, "other's\n");
-    ASSERT_EQ(0, ::chown(b.c_str(), 1, 1));
-  }
-  EXPECT_EQ(0, nobody_with_fowner(m, true, [&] {
-              struct stat st;
-              for (int i = 0; i < kFiles; i++)  // the kernel holds them all; early fds go back
-                if (::stat(m.path("tmp/f" + std::to_string(i)).c_str(), &st) != 0) return 1;
-              for (int i = 0; i < 100; i++)
-                if (::unlink(m.path("tmp/f" + std::to_string(i)).c_str()) != 0) return 1000 + errno;
-              return 0;
-            }));
-  EXPECT_EQ(-1, ::access(m.bpath("tmp/f0").c_str(), F_OK));
-}
-
 // Operations that do not follow a symlink reach the daemon with the symlink's inode, which it
 // holds as an O_PATH fd; going through /proc/self/fd/N must act on the symlink, never its target.
 TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
