@@ -14,9 +14,11 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "common/mutex.h"
@@ -99,6 +101,14 @@ class Store final : public StateStore {
   Store(const Paths& p, const Options& o, FileLayer& fs) : p_(p), opts_(o), fs_(fs) {}
 
   ~Store() override {
+    std::thread committer;
+    {
+      common::UniqueLock lk(mu_);
+      stopping_ = true;
+      committer = std::move(committer_);
+    }
+    committer_cv_.notify_all();
+    if (committer.joinable()) committer.join();  // after it led what was queued without a waiter
     common::UniqueLock lk(mu_);
     cv_.wait(lk.native(), [&]() REQUIRES(mu_) { return !busy_; });
     if (journal_ != nullptr) journal_->close();
@@ -168,6 +178,47 @@ class Store final : public StateStore {
     return wait_done(lk, op);
   }
 
+  // long: the same checks as advance(), then who leads: this thread when the journal is idle,
+  // else the committer.
+  void advance_async(uint32_t id, uint64_t epoch, Done done) override {
+    common::UniqueLock lk(mu_);
+    auto it = domains_.find(id);
+    int now = -1;  // the result when known without a record
+    if (it == domains_.end()) {
+      now = EINVAL;
+    } else if (epoch <= it->second.durable) {
+      now = 0;
+    } else if (poisoned_) {
+      now = EIO;
+    }
+    if (now >= 0) {
+      lk.unlock();
+      done(now);
+      return;
+    }
+    Domain& d = it->second;
+    if (epoch <= d.pending && d.last != nullptr) {
+      d.last->dones.push_back(std::move(done));
+      return;
+    }
+    auto op = std::make_shared<Op>();
+    op->rec.type = format::kAdvance;
+    op->rec.id = id;
+    op->rec.epoch = epoch;
+    op->dones.push_back(std::move(done));
+    op->async = true;
+    d.pending = epoch;
+    d.last = op;
+    queue_.push_back(op);
+    async_queued_++;
+    enqueued();
+    if (!busy_) {
+      lead(lk);  // idle: no hand-off to another thread for a lone advance
+      return;
+    }
+    if (!committer_.joinable()) committer_ = std::thread([this] { commit(); });
+  }
+
   int add_domain(uint32_t id, const std::string& path) override {
     if (!format::valid_path(path)) return EINVAL;
     common::UniqueLock lk(mu_);
@@ -198,6 +249,7 @@ class Store final : public StateStore {
       poison();
     }
     release_journal();
+    run_ready(lk);
     return rc;
   }
 
@@ -221,6 +273,8 @@ class Store final : public StateStore {
     int result = 0;
     std::atomic<uint32_t> wake{0};      // bumped under mu_ when done, or when asked to lead
     std::atomic<uint32_t> sleepers{0};  // callers asleep on `wake` (raised under mu_)
+    std::vector<Done> dones;            // advance_async's callers (under mu_ until done)
+    bool async = false;                 // queued by advance_async: no caller waits to lead it
     void bump() { wake.fetch_add(1, std::memory_order_relaxed); }  // under mu_
     // After bump(), with or without mu_: a sleeper that saw the old value is woken.
     void wake_sleepers() {
@@ -288,6 +342,7 @@ class Store final : public StateStore {
     busy_ = true;
     std::vector<std::shared_ptr<Op>> batch(queue_.begin(), queue_.end());
     queue_.clear();
+    for (const auto& op : batch) async_queued_ -= op->async;
     int rc = EIO;
     if (!poisoned_) {
       lk.unlock();
@@ -317,6 +372,7 @@ class Store final : public StateStore {
     lk.unlock();
     for (const auto& op : batch) op->wake_sleepers();
     lk.lock();
+    run_ready(lk);
     // Next batch: those already queued plus this batch's callers, who will be back shortly.
     gather_target_ = batch.size() + queue_.size();
     if (rc != 0) {
@@ -342,6 +398,34 @@ class Store final : public StateStore {
       lk.lock();
     }
     release_journal();
+    run_ready(lk);  // those a poisoning failed
+  }
+
+  // Runs the callbacks of finished advance_async calls, without mu_. Unchecked: drops mu_ through
+  // the caller's lock.
+  void run_ready(common::UniqueLock& lk) REQUIRES(mu_) NO_THREAD_SAFETY_ANALYSIS {
+    while (!ready_.empty()) {
+      std::vector<std::pair<Done, int>> ready;
+      ready.swap(ready_);
+      lk.unlock();
+      for (auto& [done, rc] : ready) done(rc);
+      lk.lock();
+    }
+  }
+
+  // The committer: leads the batches of records queued by advance_async, whose callers do not
+  // wait to lead them.
+  void commit() {
+    common::UniqueLock lk(mu_);
+    for (;;) {
+      if (async_queued_ > 0 && !busy_) {
+        lead(lk);
+      } else if (stopping_ && async_queued_ == 0) {
+        return;
+      } else {
+        committer_cv_.wait(lk.native());
+      }
+    }
   }
 
   // Under mu_, by the owner of busy_: hands the journal to the callers of the first queued
@@ -352,6 +436,7 @@ class Store final : public StateStore {
     if (!queue_.empty()) {
       queue_.front()->wake_up();
     }
+    if (async_queued_ > 0) committer_cv_.notify_one();
   }
 
   // Owner of the journal file (busy_, or during init): extend the allocated room past its end.
@@ -367,6 +452,8 @@ class Store final : public StateStore {
     for (const auto& op : batch) {
       op->result = rc;
       op->done.store(true, std::memory_order_release);
+      for (auto& done : op->dones) ready_.emplace_back(std::move(done), rc);
+      op->dones.clear();
       if (wake) {
         op->wake_up();
       } else {
@@ -397,6 +484,7 @@ class Store final : public StateStore {
     poisoned_ = true;
     std::vector<std::shared_ptr<Op>> queued(queue_.begin(), queue_.end());
     queue_.clear();
+    async_queued_ = 0;
     finish(queued, EIO);
   }
 
@@ -474,6 +562,11 @@ class Store final : public StateStore {
   int gatherers_ GUARDED_BY(mu_) = 0;  // would-be leaders waiting for the batch to fill
   std::condition_variable gather_cv_;
   bool busy_ GUARDED_BY(mu_) = false;  // a leader, compaction or rewrite owns the journal file
+  size_t async_queued_ GUARDED_BY(mu_) = 0;  // records in queue_ that advance_async queued
+  std::vector<std::pair<Done, int>> ready_ GUARDED_BY(mu_);  // callbacks due, with their results
+  bool stopping_ GUARDED_BY(mu_) = false;
+  std::thread committer_ GUARDED_BY(mu_);  // started by the first advance_async that finds busy_
+  std::condition_variable committer_cv_;
   std::atomic<bool> poisoned_{false};  // written under mu_
   uint64_t generation_ GUARDED_BY(mu_) = 0;
   Incarnation inc_{};

@@ -2,10 +2,12 @@
 // Format: docs/journal-format.md. Recovery = snapshot + journal replay.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "journal/file_layer.h"
@@ -67,6 +69,14 @@ class StateStore {
   // durable and needs no new record. So 0 means "the durable epoch is now >= epoch", not "epoch
   // was the highest": comparing a caller's token with the durable epoch is the fence's job.
   virtual int advance(uint32_t domain_id, uint64_t epoch) = 0;
+  // As advance(), without waiting for the sync: `done` runs once with what advance() would have
+  // returned, after the record is synced, on the thread that synced it (a committer thread, or
+  // this one when it finds the journal idle or needs no record). It must not call into the store.
+  using Done = std::function<void(int)>;
+  virtual void advance_async(uint32_t domain_id, uint64_t epoch, Done done) {
+    const Done run = std::move(done);
+    run(advance(domain_id, epoch));
+  }
   // The durable epoch of a domain (the one that admits writes): 0, or EINVAL for an unknown one.
   // (Not pure, so that test doubles need not implement it: the default searches domains().)
   virtual int durable_epoch(uint32_t domain_id, uint64_t* epoch) const;

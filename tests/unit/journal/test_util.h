@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "journal/file_layer.h"
@@ -72,6 +74,70 @@ class NoSyncLayer : public FileLayer {
    private:
     std::unique_ptr<File> f_;
   };
+};
+
+// NoSyncLayer whose journal syncs wait while the gate is shut: a test holds a record between
+// "queued" and "durable" for as long as it needs. Only files opened after shut() are gated.
+class GatedSyncLayer : public NoSyncLayer {
+ public:
+  std::unique_ptr<File> open_append(const std::string& path, bool truncate, int* err) override {
+    auto f = NoSyncLayer::open_append(path, truncate, err);
+    if (f == nullptr) return nullptr;
+    return std::make_unique<GatedFile>(std::move(f), *this);
+  }
+  void shut() {
+    std::lock_guard lk(mu_);
+    shut_ = true;
+  }
+  void open() {
+    {
+      std::lock_guard lk(mu_);
+      shut_ = false;
+    }
+    cv_.notify_all();
+  }
+  // Lets n syncs through the shut gate.
+  void pass(int n) {
+    {
+      std::lock_guard lk(mu_);
+      passes_ += n;
+    }
+    cv_.notify_all();
+  }
+  // Waits until n syncs in all have reached the gate (passed or waiting).
+  void await_syncs(int n) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return entered_ >= n; });
+  }
+  int syncs_entered() {
+    std::lock_guard lk(mu_);
+    return entered_;
+  }
+
+ private:
+  class GatedFile : public File {
+   public:
+    GatedFile(std::unique_ptr<File> f, GatedSyncLayer& l) : f_(std::move(f)), l_(l) {}
+    int append(const void* data, size_t len) override { return f_->append(data, len); }
+    int sync() override {
+      std::unique_lock lk(l_.mu_);
+      l_.entered_++;
+      l_.cv_.notify_all();
+      l_.cv_.wait(lk, [&] { return !l_.shut_ || l_.passes_ > 0; });
+      if (l_.shut_) l_.passes_--;
+      return f_->sync();
+    }
+    int close() override { return f_->close(); }
+
+   private:
+    std::unique_ptr<File> f_;
+    GatedSyncLayer& l_;
+  };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool shut_ = false;
+  int entered_ = 0;
+  int passes_ = 0;
 };
 
 inline std::string read_bytes(const std::string& path) {
