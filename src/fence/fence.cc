@@ -12,12 +12,6 @@
 namespace fencefs::fence {
 namespace {
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string token_text(Epoch t) { return t ? std::to_string(t) : std::string(); }
 
 }  // namespace
@@ -162,84 +156,6 @@ int Fence::follow(Domain& d, Epoch token, bool uncommitted, const std::function<
   return 0;
 }
 
-int Fence::raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
-                       const std::function<int()>& flush, bool uncommitted, Epoch* acquired) {
-  const auto asked = std::chrono::steady_clock::now();
-  if (d.advances_waiting.fetch_add(1) == 0) d.advance_waiting_since_unix_ns.store(now_ns());
-  std::unique_lock lk(d.mu);  // waits for every operation admitted under the old epoch
-  if (d.advances_waiting.fetch_sub(1) == 1) d.advance_waiting_since_unix_ns.store(0);
-  Epoch before = d.epoch.load();
-  if (double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
-      waited >= 1)
-    log::warn(
-        "domain {}: an advance waited {:.1f} s for the operations admitted before it to finish "
-        "(epoch {} then)",
-        d.path, waited, before);
-  if (acquired) {
-    *acquired = before;
-    if (token == 0 && before >= kMaxToken) return ERANGE;
-    if (token == 0) token = before + 1;
-    if (token <= before) return ESTALE;
-  }
-  if (before >= token) {
-    // Restarted while an advance was pending: the journal has it, the commit is still due.
-    if (uncommitted && before == token) d.uncommitted.store(token, std::memory_order_release);
-    return 0;  // someone else advanced meanwhile; the caller re-judges
-  }
-  if (flush) {
-    if (int err = flush()) return err;
-  }
-  if (store_.poisoned()) {
-    int err = heal_journal(c);
-    if (err) return err;
-  }
-  if (before_advance_) before_advance_(d, before);
-  int err = store_.advance(d.id, token);
-  if (err) return err;
-  // Set under the exclusive lock, so no admission sees the new epoch without the mark.
-  if (uncommitted) d.uncommitted.store(token, std::memory_order_release);
-  d.epoch.store(token, std::memory_order_release);
-  if (after_advance_) after_advance_(d, token);
-  if (acquired) *acquired = token;
-  if (highwater_) highwater_->record(d.path, token);
-  d.advances.fetch_add(1, std::memory_order_relaxed);
-  d.last_advance_unix_ns = now_ns();
-  lk.unlock();
-  audit::Event e;
-  e.op = op.name;
-  e.decision = "advanced";
-  e.domain = d.path;
-  e.path = describe(op.target);
-  e.token = token_text(token);
-  e.epoch_before = before;
-  e.epoch_after = token;
-  e.message = fmt::format("epoch {} -> {}", before, token);
-  log::debug("domain {}: epoch {} -> {} by {} (pid {})", d.path, before, token, op.name, c.pid);
-  audit(std::move(e), c);
-  return 0;
-}
-
-int Fence::heal_journal(const Caller& c) {
-  // A failed fsync is never retried: the durable state is written anew into fresh files, and only
-  // a rewrite whose every sync succeeded lifts the poison. At most one attempt per 100 ms.
-  int64_t now = now_ns();
-  int64_t last = last_heal_ns_.load();
-  if (now - last < 100000000 || !last_heal_ns_.compare_exchange_strong(last, now)) return EIO;
-  int err = store_.rewrite();
-  audit::Event e;
-  e.op = "journal_rewrite";
-  e.decision = err ? "refused" : "info";
-  e.reason = err ? "io" : "";
-  e.err = err ? EIO : 0;
-  e.message =
-      err ? fmt::format("journal still failing after a failed fsync: {}", common::errstr(err))
-          : "journal rewritten after a failed fsync; advances resume";
-  log::warn("{}", e.message);
-  audit(std::move(e), c);
-  return err ? EIO : 0;
-}
-
 int Fence::admit(Domain& d, Epoch token, Epoch stamp, const Caller& c, const Op& op,
                  Admission* out) {
   if (stamp > d.epoch.load(std::memory_order_acquire)) {
@@ -353,18 +269,10 @@ int Fence::advance(Domain& d, Epoch token, bool force, const Caller& c, std::str
   // Equal is a no-op, unless an earlier cluster advance to this epoch did not complete.
   bool complete = authority_ && d.uncommitted.load() != 0 && d.uncommitted.load() <= token;
   if (!dec.raise && !complete) return 0;
-  if (int err = raise(d, token, c, op, nullptr, why)) {
-    if (authority_) return refuse(c, s, err == EUCLEAN ? Reason::Rollback : Reason::Io, err, *why);
-    dec = durability_failure(token, err);
-    *why = dec.message;
-    return refuse(c, s, std::move(dec));
-  }
-  // A higher advance may have landed first: the same rule says what this one gets.
-  dec = decide(RequestKind::Advance, d, token, true);
-  if (dec.refused()) {
-    *why = dec.message;
-    return refuse(c, s, std::move(dec));
-  }
+  int err = raise(d, token, c, op, nullptr, why);
+  if (err && authority_)
+    return refuse(c, s, err == EUCLEAN ? Reason::Rollback : Reason::Io, err, *why);
+  if ((err = settled_advance(d, token, c, err, why))) return err;
   *why = fmt::format("domain {} advanced to epoch {}", d.path, token);
   return 0;
 }

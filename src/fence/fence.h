@@ -97,6 +97,14 @@ class Fence {
 
   // The coordinated step: raise d's epoch to `token` now. Equal is a no-op; lower is ESTALE.
   int advance(Domain& d, Epoch token, bool force, const Caller& c, std::string* why);
+  // As advance(), without waiting on this thread for the record's sync: `done` gets what
+  // advance() would have returned, from the thread that made the epoch durable (the calling
+  // thread when nothing was waited for). d's exclusive lock is held from before the record is
+  // queued until the epoch is durable and set, as in advance(). Cluster mode: synchronous.
+  using AdvanceDone = std::function<void(int err)>;
+  void advance_async(Domain& d, Epoch token, const Caller& c, AdvanceDone done);
+  // Waits until every advance_async has called its `done` (before the session goes away).
+  void quiesce();
   // Acquisition: makes `token` (0: the epoch + 1, issued here) d's epoch in one durable record,
   // only if it is above the epoch (ESTALE otherwise: the issuer is behind the resource).
   // *acquired is the epoch now held, or the epoch that refused it. op_name: "acquire", "resync".
@@ -183,6 +191,21 @@ class Fence {
   int raise_local(Domain& d, Epoch token, const Caller& c, const Op& op,
                   const std::function<int()>& flush = {}, bool uncommitted = false,
                   Epoch* acquired = nullptr);
+  // raise_local in parts: take d's exclusive lock (counted as waiting); then under it, decide
+  // whether a record is due (kProceed) or what to return; then, once the record is durable, set
+  // the epoch (still under it); then audit (after the unlock).
+  static constexpr int kProceed = -1;
+  std::unique_lock<WriterPreferringLock> lock_for_advance(Domain& d);
+  int begin_raise(Domain& d, Epoch* token, const Caller& c, const std::function<int()>& flush,
+                  bool uncommitted, Epoch* acquired, Epoch* before);
+  void end_raise(Domain& d, Epoch token, bool uncommitted, Epoch* acquired);
+  void audit_raise(Domain& d, Epoch token, Epoch before, const Caller& c, const Op& op);
+  // advance_async's completion (err from the journal), on the thread that synced the record:
+  // releases d's exclusive lock taken on another thread (which the analysis cannot follow).
+  void complete_async(Domain& d, Epoch token, Epoch before, const Caller& c, int err,
+                      const AdvanceDone& done) NO_THREAD_SAFETY_ANALYSIS;
+  // What an advance to `token` returns once its raise returned err.
+  int settled_advance(Domain& d, Epoch token, const Caller& c, int err, std::string* why = nullptr);
   int heal_journal(const Caller& c);
   audit::Event event_of(const Subject& s) const;
 
@@ -196,7 +219,8 @@ class Fence {
   std::function<void(Domain&, Epoch)> before_advance_;
   std::function<void(Domain&, Epoch)> after_advance_;
   std::atomic<int64_t> last_heal_ns_{0};
-  common::Mutex domain_add_mu_;  // one add_domain at a time; before the DomainTable's lock
+  std::atomic<int> async_pending_{0};  // advance_async calls whose done has not run
+  common::Mutex domain_add_mu_;        // one add_domain at a time; before the DomainTable's lock
 };
 
 }  // namespace fencefs::fence

@@ -314,13 +314,17 @@ int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_siz
   return 0;
 }
 
-int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size) {
+void ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
   fence::TokenText tt;
-  if (int err = authorized_ioctl_token(f, c, d, "advance", in, in_size, &tt)) return err;
-  std::string why;
-  return f.fence().advance(d, tt.epoch, false, c, &why);
+  if (int err = authorized_ioctl_token(f, c, d, "advance", in, in_size, &tt))
+    return (void)fuse_reply_err(req, err);
+  // Replied by whoever makes the epoch durable: this worker goes back to serving meanwhile.
+  f.fence().advance_async(d, tt.epoch, c, [req](int err) {
+    if (err) return (void)fuse_reply_err(req, err);
+    fuse_reply_ioctl(req, 0, nullptr, 0);
+  });
 }
 
 int ctl_ioctl_bind(fuse_req_t req, Domain& d, const void* in, size_t in_size) {

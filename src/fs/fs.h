@@ -332,7 +332,8 @@ void ctl_read(fuse_req_t req, Handle& h, size_t size, off_t off);
 void ctl_write(fuse_req_t req, Handle& h, const char* buf, size_t size, off_t off);
 void ctl_readdir(fuse_req_t req, size_t size, off_t off, bool plus);
 int ctl_ioctl_set_token(fuse_req_t req, Handle& h, const void* in, size_t in_size);
-int ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size);
+// Replies to req itself, possibly from another thread once the new epoch is durable.
+void ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size);
 int ctl_ioctl_bind(fuse_req_t req, Domain& d, const void* in, size_t in_size);
 // On success *out holds the reply (a fencefs_acquire).
 int ctl_ioctl_acquire(fuse_req_t req, Domain& d, const void* in, size_t in_size, void* out);

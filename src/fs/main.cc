@@ -457,6 +457,7 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
+  fence.quiesce();  // advances replied to from the journal's thread need the session
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);

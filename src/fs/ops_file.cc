@@ -464,7 +464,7 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void* arg, fuse_
   if (is_virtual(i)) {
     err = ENOTTY;
   } else if (cmd == FENCEFS_IOC_ADVANCE) {
-    err = ctl_ioctl_advance(req, f.domain_of(i), in_buf, in_bufsz);
+    return ctl_ioctl_advance(req, f.domain_of(i), in_buf, in_bufsz);
   } else if (cmd == FENCEFS_IOC_SET_TOKEN && S_ISREG(i.type)) {
     err = ctl_ioctl_set_token(req, *handle_of(fi), in_buf, in_bufsz);  // fi is a file's handle
   } else if (cmd == FENCEFS_IOC_BIND) {

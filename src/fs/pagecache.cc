@@ -104,6 +104,9 @@ bool PageCache::has_superseded_locked(const Entry& e) const {
 
 void PageCache::advanced() {
   std::lock_guard lk(mu_);
+  // No tracked handle: nothing to sweep, and one tracked from now on sees the new epoch (track()
+  // reads it under mu_, after the advance stored it). A sweep already due reads it too.
+  if (inodes_.empty() || next_sweep_ == std::chrono::steady_clock::time_point::min()) return;
   sweep_soon_locked();
 }
 
