@@ -3,6 +3,7 @@
 #include "journal/journal.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -416,6 +417,7 @@ class Store final : public StateStore {
   // The committer: leads the batches of records queued by advance_async, whose callers do not
   // wait to lead them.
   void commit() {
+    pthread_setname_np(pthread_self(), "fencefs-journal");  // not the worker's name it inherits
     common::UniqueLock lk(mu_);
     for (;;) {
       if (async_queued_ > 0 && !busy_) {

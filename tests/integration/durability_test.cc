@@ -2,6 +2,7 @@
 // state restored from an older copy is caught.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "fence/highwater.h"
+#include "fencefs/ioctl.h"
 #include "integration/mount_fixture.h"
 
 using namespace fencefs::testing;
@@ -38,6 +40,17 @@ std::map<int, uint64_t> read_log(const std::string& path) {  // "domain epoch" l
 void append(int fd, int domain, uint64_t e) {
   std::string line = std::to_string(domain) + " " + std::to_string(e) + "\n";
   if (write(fd, line.data(), line.size()) < 0) _exit(90);
+}
+
+// FENCEFS_IOC_ADVANCE on directory dir (what fencectl advance and coordinators use): 0 or errno.
+int ioctl_advance(const std::string& dir, uint64_t epoch) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  fencefs_token t{};
+  t.epoch = epoch;
+  int err = ioctl(fd, FENCEFS_IOC_ADVANCE, &t) == 0 ? 0 : errno;
+  close(fd);
+  return err;
 }
 
 }  // namespace
@@ -73,8 +86,10 @@ TEST(Durability, KillNineDuringConcurrentAdvances) {
           uint64_t e = base + k;
           append(att, d, e);
           int err;
-          if (k % 2 == 0) {
+          if (k % 3 == 0) {
             err = m.ctl("advance " + dom + " " + std::to_string(e));
+          } else if (k % 3 == 1) {  // replied to by the thread that synced the record
+            err = ioctl_advance(m.path("d" + std::to_string(d)), e);
           } else {  // advance by a write: bind the higher token and create a file
             err = m.ctl("bind " + dom + " " + std::to_string(e));
             if (!err) {
@@ -128,6 +143,8 @@ TEST(Durability, FsyncFailureFailsClosed) {
   ASSERT_EQ(0, sh("fiu-ctrl -c 'enable name=posix/io/sync/fsync,failinfo=5' " + pid));
   EXPECT_EQ(EIO, in_child([&] { return m.ctl("advance / 2"); }));
   EXPECT_EQ(1u, epoch_of(m.mnt()));
+  EXPECT_EQ(EIO, ioctl_advance(m.mnt(), 2)) << "the ioctl, replied to from the journal's side";
+  EXPECT_EQ(1u, epoch_of(m.mnt()));
   EXPECT_EQ(EIO, in_child([&] {  // a write that would advance fails too, and changes nothing
               if (m.ctl("bind / 3")) return 1;
               return E(mkdir(m.path("by3").c_str(), 0755));
@@ -147,7 +164,7 @@ TEST(Durability, FsyncFailureFailsClosed) {
   // The next advance rewrites the state into fresh files first; with fsync healthy, that lifts
   // the poison.
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  EXPECT_EQ(0, in_child([&] { return m.ctl("advance / 3"); }));
+  EXPECT_EQ(0, ioctl_advance(m.mnt(), 3)) << m.daemon_log();
   EXPECT_EQ(3u, epoch_of(m.mnt()));
   status = sh_out(std::string(FENCECTL_BIN) + " status --json --mount " + m.mnt());
   EXPECT_NE(std::string::npos, status.find("\"poisoned\":false")) << status;

@@ -65,8 +65,8 @@ TEST(FenceAsyncAdvance, TheDomainStaysLockedUntilTheEpochIsDurableThenTheSyncerU
   std::atomic<int> rc{kNotYet};
   std::promise<std::thread::id> by;
   r.fence->advance_async(r.root(), 2, r.caller, [&](int err) {
-    by.set_value(std::this_thread::get_id());
     rc = err;
+    by.set_value(std::this_thread::get_id());
   });
   // Returned with the record queued and the domain still held.
   EXPECT_EQ(kNotYet, rc.load());
