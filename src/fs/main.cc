@@ -451,6 +451,8 @@ int main(int argc, char* argv[]) {
   std::string pidfile = detach(copts.foreground != 0, *claim, a.pidfile);
   daemon::start_signal_thread();
   highwater.start();
+  if (int err = store->start())  // advances then wait for their sync on their workers
+    log::warn("cannot start the journal's committer thread: {}", common::errstr(err));
   if (cluster) cluster->start();
   fs::drop_resource_override();  // before the workers start: they inherit it
   filesystem.pagecache.start(se);

@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -180,7 +181,7 @@ class Store final : public StateStore {
   }
 
   // long: the same checks as advance(), then who leads: this thread when the journal is idle,
-  // else the committer.
+  // else the committer (or this thread, waiting its turn, when there is none).
   void advance_async(uint32_t id, uint64_t epoch, Done done) override {
     common::UniqueLock lk(mu_);
     auto it = domains_.find(id);
@@ -215,9 +216,20 @@ class Store final : public StateStore {
     enqueued();
     if (!busy_) {
       lead(lk);  // idle: no hand-off to another thread for a lone advance
-      return;
+    } else if (!committer_.joinable()) {
+      wait_done(lk, op);  // no committer: as advance() does
     }
-    if (!committer_.joinable()) committer_ = std::thread([this] { commit(); });
+  }
+
+  int start() override {
+    common::MutexLock lk(mu_);
+    if (committer_.joinable()) return 0;
+    try {
+      committer_ = std::thread([this] { commit(); });
+    } catch (const std::system_error& e) {
+      return e.code().value();
+    }
+    return 0;
   }
 
   int add_domain(uint32_t id, const std::string& path) override {
@@ -567,7 +579,7 @@ class Store final : public StateStore {
   size_t async_queued_ GUARDED_BY(mu_) = 0;  // records in queue_ that advance_async queued
   std::vector<std::pair<Done, int>> ready_ GUARDED_BY(mu_);  // callbacks due, with their results
   bool stopping_ GUARDED_BY(mu_) = false;
-  std::thread committer_ GUARDED_BY(mu_);  // started by the first advance_async that finds busy_
+  std::thread committer_ GUARDED_BY(mu_);  // see start()
   std::condition_variable committer_cv_;
   std::atomic<bool> poisoned_{false};  // written under mu_
   uint64_t generation_ GUARDED_BY(mu_) = 0;

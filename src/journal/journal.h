@@ -72,11 +72,16 @@ class StateStore {
   // As advance(), without waiting for the sync: `done` runs once with what advance() would have
   // returned, after the record is synced, on the thread that synced it (a committer thread, or
   // this one when it finds the journal idle or needs no record). It must not call into the store.
+  // Without start(), a caller that finds the journal busy waits for its record itself.
   using Done = std::function<void(int)>;
   virtual void advance_async(uint32_t domain_id, uint64_t epoch, Done done) {
     const Done run = std::move(done);
     run(advance(domain_id, epoch));
   }
+  // Starts the committer thread, which syncs advance_async's records queued while the journal
+  // is busy. Call it after daemonising (threads do not survive fork) from a thread whose umask
+  // the journal's new files may take. 0, or the errno of the failed thread creation.
+  virtual int start() { return 0; }
   // The durable epoch of a domain (the one that admits writes): 0, or EINVAL for an unknown one.
   // (Not pure, so that test doubles need not implement it: the default searches domains().)
   virtual int durable_epoch(uint32_t domain_id, uint64_t* epoch) const;

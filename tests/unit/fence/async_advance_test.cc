@@ -33,7 +33,9 @@ struct Rig {
     log = std::make_unique<audit::Log>(ao);
     fence = std::make_unique<Fence>(Config{}, domains, *store, log.get(), nullptr, procs);
     caller = Caller{procs.spawn(1), 0, 0};
+    EXPECT_EQ(0, store->start());
   }
+  ~Rig() { fence->quiesce(); }  // the committer still counts a completion after calling back
   Domain& root() { return *domains.root(); }
   int admit(Epoch token) {
     Admission a;

@@ -44,6 +44,7 @@ TEST(AsyncAdvance, TheCallbackRunsOnlyOnceTheRecordIsSynced) {
   GatedSyncLayer fs;
   auto s = create_store(t.state(), fs);
   ASSERT_NE(s, nullptr);
+  ASSERT_EQ(0, s->start());
   ASSERT_EQ(0, s->add_domain(1, "/a"));
   const int synced = fs.syncs_entered();
   fs.shut();
@@ -71,6 +72,32 @@ TEST(AsyncAdvance, TheCallbackRunsOnlyOnceTheRecordIsSynced) {
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(5u, durable(*r, 0));
   EXPECT_EQ(7u, durable(*r, 1));
+}
+
+TEST(AsyncAdvance, WithoutACommitterACallerFindingTheJournalBusyWaitsItsTurn) {
+  TempDir t;
+  GatedSyncLayer fs;
+  auto s = create_store(t.state(), fs);  // not started: no committer thread
+  ASSERT_NE(s, nullptr);
+  ASSERT_EQ(0, s->add_domain(1, "/a"));
+  const int synced = fs.syncs_entered();
+  fs.shut();
+  std::atomic<int> first{kNotYet}, second{kNotYet};
+  std::atomic<bool> returned{false};
+  std::thread leader([&] { s->advance_async(0, 5, [&](int rc) { first = rc; }); });
+  fs.await_syncs(synced + 1);
+  std::thread waiter([&] {
+    s->advance_async(1, 7, [&](int rc) { second = rc; });
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load()) << "returned with its record queued and nobody to sync it";
+  fs.open();
+  leader.join();
+  waiter.join();
+  EXPECT_EQ(0, first.load());
+  EXPECT_EQ(0, second.load()) << "returned before its callback ran";
+  EXPECT_EQ(7u, durable(*s, 1));
 }
 
 TEST(AsyncAdvance, WithoutARecordTheCallbackRunsAtOnce) {
@@ -111,6 +138,7 @@ TEST(AsyncAdvance, ConcurrentCallersEachGetTheirCallbackOnceTheirRecordIsDurable
   GatedSyncLayer fs;  // never shut: every sync passes
   auto s = create_store(t.state(), fs);
   ASSERT_NE(s, nullptr);
+  ASSERT_EQ(0, s->start());
   const int kThreads = 16, kAdvances = 200;
   for (int d = 1; d <= kThreads; ++d) ASSERT_EQ(0, s->add_domain(d, "/d" + std::to_string(d)));
   const Stats before = s->stats();
@@ -148,6 +176,7 @@ TEST(AsyncAdvance, ClosingTheStoreSyncsWhatWasQueuedFirst) {
   GatedSyncLayer fs;
   auto s = create_store(t.state(), fs);
   ASSERT_NE(s, nullptr);
+  ASSERT_EQ(0, s->start());
   ASSERT_EQ(0, s->add_domain(1, "/a"));
   ASSERT_EQ(0, s->add_domain(2, "/b"));
   const int synced = fs.syncs_entered();
