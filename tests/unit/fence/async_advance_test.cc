@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include "fence/fence.h"
 #include "journal/fault_injection.h"
@@ -17,14 +19,15 @@ namespace fencefs::fence {
 namespace {
 
 using journal::testing::GatedSyncLayer;
+using journal::testing::NoSyncLayer;
 using journal::testing::TempDir;
 using testing::FakeProcesses;
 
 constexpr int kNotYet = -100;
 
 struct Rig {
-  explicit Rig(journal::FileLayer& fs) {
-    store = journal::testing::create_store(t.state(), fs);
+  explicit Rig(journal::FileLayer& fs, uint64_t compact_threshold = 4u << 20) {
+    store = journal::testing::create_store(t.state(), fs, compact_threshold);
     domains.add(0, "/", 0, 0, 0);
     domains.add(1, "/other", 0, 0, 0);
     EXPECT_EQ(0, store->add_domain(1, "/other"));
@@ -125,6 +128,101 @@ TEST(FenceAsyncAdvance, TheRuleStillDecidesWhatAnAdvanceGets) {
   r.fence->advance_async(r.root(), 3 + kDefaultMaxJump + 1, r.caller, [&](int err) { rc = err; });
   EXPECT_EQ(ERANGE, rc) << "beyond max_jump";
   EXPECT_EQ(3u, r.root().epoch.load());
+}
+
+// Two threads advance the root by advance_async, two admit writes at its current epoch, one
+// keeps the journal busy with another domain's synchronous advances (so the committer syncs),
+// optionally with compactions and failing syncs: an acknowledged advance is durable and set, no
+// write is admitted below an acknowledged epoch, and none sees the epoch move while admitted.
+void stress(journal::FileLayer& fs, uint64_t threshold, journal::FaultInjectionFileLayer* fi) {
+  Rig r(fs, threshold);
+  Domain& root = *r.domains.root();
+  Domain& other = *r.domains.by_id(1);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> acked{0};  // highest token an advance_async acknowledged (0)
+  std::atomic<int> violations{0}, admitted{0}, advanced{0}, failed{0};
+  std::vector<std::thread> th;
+  for (int a = 0; a < 2; a++)
+    th.emplace_back([&, a] {
+      std::mt19937 rng(a);
+      while (!stop) {
+        Epoch tok = root.epoch.load() + 1 + rng() % 2;
+        std::promise<int> p;
+        r.fence->advance_async(root, tok, r.caller, [&](int err) {
+          if (err == 0) {
+            uint64_t durable = 0;
+            r.store->durable_epoch(0, &durable);
+            if (durable < tok || root.epoch.load() < tok) violations++;
+          }
+          p.set_value(err);
+        });
+        int err = p.get_future().get();
+        if (err == 0) {
+          Epoch seen = acked.load();
+          while (seen < tok && !acked.compare_exchange_weak(seen, tok)) {
+          }
+          advanced++;
+        } else if (err == EIO) {
+          failed++;
+        }
+      }
+    });
+  // The other domain: synchronous advances keep the journal busy, so the committer leads.
+  th.emplace_back([&] {
+    while (!stop) {
+      std::string why;
+      r.fence->advance(other, other.epoch.load() + 1, false, r.caller, &why);
+    }
+  });
+  for (int w = 0; w < 2; w++)
+    th.emplace_back([&] {
+      while (!stop) {
+        Epoch floor = acked.load();
+        Epoch tok = root.epoch.load();
+        Admission adm;
+        int err = r.fence->admit(root, tok, 0, r.caller, Op{"write", {-1, "f"}, {}}, &adm);
+        if (err == 0) {
+          admitted++;
+          if (tok < floor) violations++;  // admitted below an acknowledged advance
+          if (root.epoch.load() != tok) violations++;
+          std::this_thread::yield();
+          if (root.epoch.load() != tok) violations++;  // an advance acted meanwhile
+        }
+      }
+    });
+  if (fi) {
+    th.emplace_back([&] {
+      while (!stop) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        fi->fail_next_sync(1);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  stop = true;
+  for (auto& t : th) t.join();
+  r.fence->quiesce();
+  ::testing::Test::RecordProperty("advanced", advanced.load());
+  ::testing::Test::RecordProperty("failed", failed.load());
+  ::testing::Test::RecordProperty("admitted", admitted.load());
+  EXPECT_EQ(0, violations.load());
+  EXPECT_GT(advanced.load(), 0);
+  EXPECT_GT(admitted.load(), 0);
+}
+
+TEST(FenceAsyncAdvanceStress, Plain) {
+  NoSyncLayer fs;
+  stress(fs, 4u << 20, nullptr);
+}
+
+TEST(FenceAsyncAdvanceStress, CompactingOften) {
+  NoSyncLayer fs;
+  stress(fs, 2048, nullptr);
+}
+
+TEST(FenceAsyncAdvanceStress, WithFailingSyncs) {
+  journal::FaultInjectionFileLayer fi(journal::posix_file_layer(), /*forward_syncs=*/false);
+  stress(fi, 2048, &fi);
 }
 
 }  // namespace
