@@ -158,62 +158,21 @@ class Store final : public StateStore {
 
   int advance(uint32_t id, uint64_t epoch) override {
     common::UniqueLock lk(mu_);
-    auto it = domains_.find(id);
-    if (it == domains_.end()) return EINVAL;
-    Domain& d = it->second;
-    if (epoch <= d.durable) return 0;  // already durable: needs no new durability
-    if (poisoned_) return EIO;
-    if (epoch <= d.pending && d.last != nullptr) {
-      // A queued or in-flight record already covers this epoch: share its outcome rather than
-      // write a record that would not rise above it.
-      std::shared_ptr<Op> op = d.last;
-      return wait_done(lk, op);
-    }
-    auto op = std::make_shared<Op>();
-    op->rec.type = format::kAdvance;
-    op->rec.id = id;
-    op->rec.epoch = epoch;
-    d.pending = epoch;
-    d.last = op;
-    queue_.push_back(op);
-    enqueued();
+    std::shared_ptr<Op> op;
+    if (int now = queue_advance(id, epoch, false, &op); now >= 0) return now;
     return wait_done(lk, op);
   }
 
-  // long: the same checks as advance(), then who leads: this thread when the journal is idle,
-  // else the committer (or this thread, waiting its turn, when there is none).
   void advance_async(uint32_t id, uint64_t epoch, Done done) override {
     common::UniqueLock lk(mu_);
-    auto it = domains_.find(id);
-    int now = -1;  // the result when known without a record
-    if (it == domains_.end()) {
-      now = EINVAL;
-    } else if (epoch <= it->second.durable) {
-      now = 0;
-    } else if (poisoned_) {
-      now = EIO;
-    }
+    std::shared_ptr<Op> op;
+    const int now = queue_advance(id, epoch, true, &op);
     if (now >= 0) {
       lk.unlock();
       done(now);
       return;
     }
-    Domain& d = it->second;
-    if (epoch <= d.pending && d.last != nullptr) {
-      d.last->dones.push_back(std::move(done));
-      return;
-    }
-    auto op = std::make_shared<Op>();
-    op->rec.type = format::kAdvance;
-    op->rec.id = id;
-    op->rec.epoch = epoch;
     op->dones.push_back(std::move(done));
-    op->async = true;
-    d.pending = epoch;
-    d.last = op;
-    queue_.push_back(op);
-    async_queued_++;
-    enqueued();
     if (!busy_) {
       lead(lk);  // idle: no hand-off to another thread for a lone advance
     } else if (!committer_.joinable()) {
@@ -414,6 +373,34 @@ class Store final : public StateStore {
     run_ready(lk);  // those a poisoning failed
   }
 
+  // What advance() returns without a new record (>= 0: unknown domain, already durable,
+  // poisoned), or -1 with *op the record to wait for: a queued or in-flight one that already
+  // covers epoch (its outcome is shared rather than a record written that would not rise above
+  // it), else a new one queued here, marked async when advance_async queued it.
+  int queue_advance(uint32_t id, uint64_t epoch, bool async, std::shared_ptr<Op>* op)
+      REQUIRES(mu_) {
+    auto it = domains_.find(id);
+    if (it == domains_.end()) return EINVAL;
+    Domain& d = it->second;
+    if (epoch <= d.durable) return 0;  // already durable: needs no new durability
+    if (poisoned_) return EIO;
+    if (epoch <= d.pending && d.last != nullptr) {
+      *op = d.last;
+      return -1;
+    }
+    *op = std::make_shared<Op>();
+    (*op)->rec.type = format::kAdvance;
+    (*op)->rec.id = id;
+    (*op)->rec.epoch = epoch;
+    (*op)->async = async;
+    d.pending = epoch;
+    d.last = *op;
+    queue_.push_back(*op);
+    async_queued_ += async;
+    enqueued();
+    return -1;
+  }
+
   // Runs the callbacks of finished advance_async calls, without mu_. Unchecked: drops mu_ through
   // the caller's lock.
   void run_ready(common::UniqueLock& lk) REQUIRES(mu_) NO_THREAD_SAFETY_ANALYSIS {
@@ -429,7 +416,7 @@ class Store final : public StateStore {
   // The committer: leads the batches of records queued by advance_async, whose callers do not
   // wait to lead them.
   void commit() {
-    pthread_setname_np(pthread_self(), "fencefs-journal");  // not the worker's name it inherits
+    pthread_setname_np(pthread_self(), "fencefs-journal");  // told apart from the daemon's others
     common::UniqueLock lk(mu_);
     for (;;) {
       if (async_queued_ > 0 && !busy_) {
