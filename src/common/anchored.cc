@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <string_view>
 
+#include "common/umask.h"
+
 namespace fencefs::common {
 namespace {
 
@@ -44,6 +46,7 @@ void anchor_dir(const std::string& dir, int dirfd) {
 }
 
 int anchored_open(const std::string& path, int flags, mode_t mode) {
+  if (flags & O_CREAT) own_files_umask();
   At at = resolve(path);
   return openat(at.fd, cstr(at), flags | (at.anchored ? O_NOFOLLOW : 0), mode);
 }
@@ -83,6 +86,7 @@ int anchored_lstat(const std::string& path, struct stat* st) {
 }
 
 int anchored_mkdir(const std::string& path, mode_t mode) {
+  own_files_umask();
   At at = resolve(path);
   return mkdirat(at.fd, cstr(at), mode);
 }

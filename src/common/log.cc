@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/umask.h"
 
 namespace fencefs::log {
 namespace {
@@ -102,6 +103,7 @@ bool open(const Target& target, std::string* error) {
       g_sink = static_cast<int>(Sink::Stderr);
       return true;
     case Sink::File: {
+      common::own_files_umask();
       int fd = ::open(target.file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
       if (fd < 0) {
         *error = fmt::format("log file {}: {}", target.file, common::errstr(errno));
@@ -148,6 +150,7 @@ void keep_stderr() {
 void reopen() {
   std::lock_guard lk(g_mu);
   if (static_cast<Sink>(g_sink.load()) != Sink::File || g_file.empty()) return;
+  common::own_files_umask();
   int fd = ::open(g_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (fd < 0) return;  // keep writing to the old file rather than nowhere
   // dup2 swaps the file under the same descriptor number: concurrent writers never see a gap.

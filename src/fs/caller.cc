@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/proc.h"
+#include "common/umask.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
@@ -153,7 +154,7 @@ bool own_umask() {
     return false;
   }
   t_own_umask = true;
-  ::umask(0);
+  ::umask(0);  // what common::set_thread_umask takes it to be
   return true;
 }
 
@@ -163,13 +164,7 @@ CallerUmask::CallerUmask(fuse_req_t req, mode_t* mode) {
     *mode &= ~um;
     return;
   }
-  if (um == 0) return;
-  ::umask(um);
-  set_ = true;
-}
-
-CallerUmask::~CallerUmask() {
-  if (set_) ::umask(0);
+  common::set_thread_umask(um);  // left set: the daemon's own files put 0 back first
 }
 
 void drop_resource_override() {

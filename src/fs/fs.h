@@ -162,6 +162,10 @@ class Fs {
   Epoch stamp_of(Inode& i, int fd = -1, const Domain* in = nullptr);
   // Records epoch `e` of domain d (and current size/mtime) as the inode's stamp. fd: real or -1.
   void stamp(Inode& i, int fd, Epoch e, const Domain& d);
+  // CREATE's stamp, from one fstat under the inode's lock that also checks fd is inode i (the
+  // name may have changed in BACKING since the open): EAGAIN when it is not, nothing stamped.
+  // fresh: made by this CREATE, so no stamp to load.
+  int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh);
   // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
   // still open under `old` wrote (their holders, superseded, will not restamp at close).
   void stamp_writers(const Domain& d, Epoch old);
@@ -219,6 +223,9 @@ class Fs {
   Inode root_;
   bool take_file_id(Inode& i, int fd);
   void load_stamp_locked(Inode& i, int fd) REQUIRES(inode_mutex(i));
+  // st: the file now (fd, or i.fd when fd is -1), read under the same lock.
+  void stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st)
+      REQUIRES(inode_mutex(i));
   void set_parent_locked(Inode* i, Inode* p) REQUIRES(table_mu_);
   void drop_locked(Inode* i) REQUIRES(table_mu_);
   Inode* find_locked(const struct stat& st) REQUIRES(table_mu_);
@@ -284,17 +291,14 @@ class AsCaller {
 
 // A creation under the caller's umask. The kernel leaves it to the daemon (FUSE_CAP_DONT_MASK)
 // so that BACKING's filesystem applies it, or a directory's default ACL in its place, as natively.
-// On a worker with its own umask (own_umask()) it is set for the scope; elsewhere *mode is masked
-// here (a default ACL then meets the masked mode, as when the kernel masks it).
+// On a worker with its own umask (own_umask()) it is set, and stays until another caller's
+// (common/umask.h); elsewhere *mode is masked here (a default ACL then meets the masked mode, as
+// when the kernel masks it).
 class CallerUmask {
  public:
   CallerUmask(fuse_req_t req, mode_t* mode);
-  ~CallerUmask();
   CallerUmask(const CallerUmask&) = delete;
   CallerUmask& operator=(const CallerUmask&) = delete;
-
- private:
-  bool set_ = false;
 };
 
 // Gives the calling thread a umask of its own (unshare(CLONE_FS)); a worker calls it once before

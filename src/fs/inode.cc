@@ -394,18 +394,33 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   Pinned pin(*this, fd >= 0 ? nullptr : &i);
   if (pin.error()) return;
   common::MutexLock lk(inode_mutex(i));
+  struct stat st;
+  if ((fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH)) != 0) return;
+  stamp_locked(i, fd, e, d, st);
+}
+
+int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh) {
+  common::MutexLock lk(inode_mutex(i));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || st.st_ino != i.ino || st.st_dev != i.dev) return EAGAIN;
+  if (fresh) {  // it carries no stamp yet, nothing to read
+    i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
+    i.stamp.store(0, std::memory_order_release);
+  }
+  if (opts_.stamps && i.type == S_IFREG) stamp_locked(i, fd, e, d, st);
+  return 0;
+}
+
+void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st) {
   load_stamp_locked(i, fd);
   uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
   Epoch cur = i.stamp.load(std::memory_order_acquire);
   // Within one domain stamps never go down, whatever order handles close in.
   if ((sd == d.id || sd == fence::kAnyDomain) && e < cur) e = cur;
-  struct stat st;
-  int r = fd >= 0 ? fstat(fd, &st) : fstatat(i.fd, "", &st, AT_EMPTY_PATH);
-  if (r != 0) return;
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
                                       st.st_mtim.tv_nsec, d.id);
-  r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
-              : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+  int r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
+                  : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
   if (r != 0) {
     log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), common::errstr(errno));
     return;

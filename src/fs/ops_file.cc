@@ -273,11 +273,10 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
       return (void)fuse_reply_err(req, err);
     }
     err = f.do_lookup(parent, name, &e);
-    struct stat st;
-    if (!err && (fstat(fd, &st) != 0 || st.st_ino != e.attr.st_ino || st.st_dev != e.attr.st_dev)) {
+    // Stamped now, under the admission: a holder superseded before it closes does not restamp.
+    // Not dirty: the stamp is the file as created; a mutation through the handle marks it.
+    if (!err && (err = f.stamp_created(*f.inode(e.ino), fd, a.token(), *d, created)))
       f.forget_one(e.ino, 1);
-      err = EAGAIN;
-    }
     if (err) {
       ::close(fd);
       fd = -1;
@@ -295,14 +294,6 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     e.attr.st_mode = now.st_mode;
     e.attr.st_ctim = now.st_ctim;
   }
-  if (created) {  // made just now: it carries no stamp yet, nothing to read
-    common::MutexLock lk(inode_mutex(i));
-    i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
-    i.stamp.store(0, std::memory_order_release);
-  }
-  // Stamped now, under the admission: a holder superseded before it closes does not restamp.
-  f.stamp(i, fd, a.token(), *d);
-  // Not dirty: the stamp above is the file as created; a mutation through the handle marks it.
   Handle* h = new_handle(req, fd, i, d, a.token(), true);
   uncharge.armed = false;
   a = fence::Admission();

@@ -290,6 +290,27 @@ INSTANTIATE_TEST_SUITE_P(Conformance, UmaskModes, ::testing::Values(0000, 0022, 
                            return std::string(buf);
                          });
 
+// A worker keeps the last caller's umask between creations (common/umask.h): each creation here
+// follows a change of umask, back to 0 too, on the one mount.
+TEST(Conformance, UmaskChangesBetweenCreations) {
+  auto r = run([](Ctx& x) {
+    static const mode_t kUmasks[] = {0077, 0000, 0022, 0000, 0277, 0002, 0000};
+    int k = 0;
+    for (mode_t um : kUmasks) {
+      x.set_umask(um);
+      std::string s = "u" + std::to_string(k++);
+      int fd = FD(::open(x.c(s + ".creat"), O_CREAT | O_EXCL | O_WRONLY, 0666));
+      if (fd >= 0) ::close(fd);
+      x.lstat(s + ".creat");
+      R(::mkdir(x.c(s + ".dir"), 0777));
+      x.lstat(s + ".dir");
+      R(::mknod(x.c(s + ".fifo"), S_IFIFO | 0666, 0));
+      x.lstat(s + ".fifo");
+    }
+  });
+  EXPECT_CONFORMS(r);
+}
+
 // ============================================================================ mkdir / rmdir
 
 TEST(Conformance, MkdirRmdir) {
