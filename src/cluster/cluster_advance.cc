@@ -13,6 +13,7 @@
 
 #include "cluster/cluster.h"
 #include "common/error.h"
+#include "common/umask.h"
 #include "common/log.h"
 
 extern char** environ;
@@ -85,6 +86,7 @@ static int spawn_hook(const std::string& program, std::vector<char*>& argv,
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
+  common::own_files_umask();  // the hook starts with the daemon's umask, not a caller's left here
   int err = posix_spawn(pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);

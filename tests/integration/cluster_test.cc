@@ -590,18 +590,28 @@ TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
 }
 
 // A hook that fails (or cannot prove the member is cut off) fails the advance the same way.
+// It starts with the daemon's umask, not the one a caller's creation left on the worker that
+// runs it (common/umask.h).
 TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
   Etcd& etcd = this->etcd(1);
   std::string hook = root_ + "/hook";
-  spit(hook, "#!/bin/sh\necho \"cannot reach $2 for $1\" >&2\nexit 3\n");
+  spit(hook, "#!/bin/sh\necho \"cannot reach $2 for $1 (umask $(umask))\" >&2\nexit 3\n");
   chmod(hook.c_str(), 0755);
   Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
   Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  pid_t c = spawn_job(n2, 5, [&] {
+    ::umask(0277);  // each worker that serves one of these creations keeps it
+    for (int k = 0; k < 20; k++)
+      if (int err = append(n2.path("u" + std::to_string(k)), "x\n")) return err;
+    return 0;
+  });
+  ASSERT_EQ(wait_status(c), 0);
   ASSERT_TRUE(freeze(n1.pid()));
   EXPECT_EQ(n2.ctl("advance / 6"), EIO);
   std::string log = n2.log();
   EXPECT_NE(log.find("failed (exit 3: cannot reach"), std::string::npos) << log;
+  EXPECT_NE(log.find("(umask 0000)"), std::string::npos) << log;
   EXPECT_NE(log.find("nothing is admitted under 6"), std::string::npos) << log;
   pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("f"), "B\n"); });
   EXPECT_EQ(wait_status(b), EIO);
