@@ -13,8 +13,8 @@
 
 #include "cluster/cluster.h"
 #include "common/error.h"
-#include "common/umask.h"
 #include "common/log.h"
+#include "common/umask.h"
 
 extern char** environ;
 
