@@ -36,8 +36,21 @@ class Loop {
       std::lock_guard lk(mu_);
       if (!spawn_locked()) return -EAGAIN;
     }
-    // Posted by every worker that leaves; the session has ended once one has.
-    while (!fuse_session_exited(se_)) sem_wait(&ended_);
+    // Posted by every worker that leaves (the session has ended once one has) and by one that
+    // wants another started: started here, never by a worker, so that every worker begins with
+    // the process's umask (0) and keeps it if it cannot have its own (see work()).
+    while (!fuse_session_exited(se_)) {
+      sem_wait(&ended_);
+      std::lock_guard lk(mu_);
+      if (!wanted_ || ended_flag_) continue;
+      wanted_ = false;
+      if (readers_ > 0) continue;  // one went back to read(2) meanwhile
+      if (parked_ > 0) {
+        parked_cv_.notify_one();
+      } else if (static_cast<int>(workers_.size()) < max_) {
+        spawn_locked();
+      }
+    }
     std::vector<pthread_t> all;
     {
       std::lock_guard lk(mu_);
@@ -91,6 +104,9 @@ class Loop {
 
   void work(Worker& w) {
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, nullptr);
+    // Shares the process's umask until it has its own. One that cannot (unshare failed) masks
+    // callers' modes itself and leaves the umask alone; had it been started by a worker, it
+    // would share that worker's, which keeps the last caller's (common/umask.h).
     own_umask();
     std::unique_lock lk(mu_);
     while (!ended_flag_ && !fuse_session_exited(se_)) {
@@ -118,13 +134,13 @@ class Loop {
         break;
       }
       // Nobody left in read(2): another worker must be, or later requests would wait behind
-      // this one however long it takes. Not once run() has listed the workers to join: one
-      // started then would outlive the Loop.
+      // this one however long it takes. A new one is started by run().
       if (readers_ == 0 && !ended_flag_) {
         if (parked_ > 0) {
           parked_cv_.notify_one();
-        } else if (static_cast<int>(workers_.size()) < max_) {
-          spawn_locked();
+        } else if (static_cast<int>(workers_.size()) < max_ && !wanted_) {
+          wanted_ = true;
+          sem_post(&ended_);
         }
       }
       busy_++;
@@ -159,6 +175,7 @@ class Loop {
   int busy_ = 0;                                  // under mu_: workers processing a request
   int left_ = 0;                                  // under mu_: workers that have returned
   bool spawn_failed_ = false;                     // under mu_
+  bool wanted_ = false;                           // under mu_: a worker asked run() for another
   bool ended_flag_ = false;                       // under mu_
   int error_ = 0;                                 // under mu_ (read after the joins)
 };

@@ -194,6 +194,14 @@ int Mount::try_mount(std::vector<std::string> extra) {
       std::string opts = std::string(asan ? asan : "") + ":verify_asan_link_order=0";
       setenv("ASAN_OPTIONS", opts.c_str(), 1);
     }
+    auto pre = std::find(extra.begin(), extra.end(), "--preload-unshare-fails");
+    if (pre != extra.end()) {  // tests/integration/preload/unshare_fails.c, ahead of any runtime
+      extra.erase(pre);
+      setenv("LD_PRELOAD", UNSHARE_FAILS_LIB, 1);
+      const char* asan = getenv("ASAN_OPTIONS");
+      std::string opts = std::string(asan ? asan : "") + ":verify_asan_link_order=0";
+      setenv("ASAN_OPTIONS", opts.c_str(), 1);
+    }
     // "--drop-cap=N": out of the bounding set, so not held after the exec (a unit's
     // CapabilityBoundingSet).
     for (auto it = extra.begin(); it != extra.end();) {

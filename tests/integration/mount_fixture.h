@@ -38,8 +38,8 @@ class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments
   // (e.g. {"-o", "max_jump=10"}; "--fiu" runs it under `fiu-run -x`; "--drop-cap=N" without
-  // capability N). prepare runs on BACKING
-  // before mounting.
+  // capability N; "--preload-unshare-fails": every FUSE worker after the first cannot have a
+  // umask of its own). prepare runs on BACKING before mounting.
   explicit Mount(std::vector<std::string> extra = {},
                  std::function<void(const std::string& backing)> prepare = {});
   ~Mount();

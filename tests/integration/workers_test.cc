@@ -1,6 +1,7 @@
 // The daemon's request loop (src/fs/loop.cc): requests blocked inside the daemon never hold up
 // others, however few workers it keeps waiting in read(2); idle, only two wait there.
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -111,6 +112,50 @@ TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   }
   EXPECT_EQ(2, in_read) << workers << " workers";
   EXPECT_EQ(started, workers);
+}
+
+// Workers are started by the loop's own thread, never by a worker: a worker keeps the last
+// caller's umask (common/umask.h), and one started by it that cannot have its own umask
+// (unshare fails: preloaded here for every worker after the first) would share that worker's
+// changing umask, masking callers' modes twice. Callers alternating umasks under load, with
+// workers started meanwhile: every mode is the caller's own.
+TEST(Workers, ModesStayTheCallersWhenLaterWorkersCannotHaveTheirOwnUmask) {
+  Mount m({"--preload-unshare-fails"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_EQ(0, m.ctl("bind / 1"));
+  constexpr int kCallers = 6, kFiles = 150;
+  std::vector<pid_t> kids;
+  for (int c = 0; c < kCallers; c++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      for (int k = 0; k < kFiles; k++) {
+        mode_t um = (k + c) % 2 ? 0277 : 0;
+        ::umask(um);
+        std::string name = "c" + std::to_string(c) + "-" + std::to_string(k);
+        int fd = ::open(m.path(name).c_str(), O_CREAT | O_EXCL | O_WRONLY, 0666);
+        if (fd < 0) _exit(10);
+        ::close(fd);
+        struct stat st;
+        if (::lstat(m.bpath(name).c_str(), &st) != 0) _exit(11);
+        if ((st.st_mode & 07777) != (0666 & ~um)) _exit(12);  // masked twice
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  int bad = 0;
+  for (pid_t p : kids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) bad++;
+  }
+  EXPECT_EQ(0, bad) << "callers whose files did not get their own modes";
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_GT(metric(text, "fencefs_fuse_workers_started", "mount=\"" + m.mnt() + "\""), 2)
+      << "no worker was started under load: nothing was tested\n"
+      << text;
+  EXPECT_NE(m.daemon_log().find("cannot have a umask of its own"), std::string::npos)
+      << m.daemon_log();
 }
 
 }  // namespace
