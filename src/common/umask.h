@@ -8,8 +8,12 @@
 
 namespace fencefs::common {
 
-// Only on a thread whose umask is its own: on any other it would change the whole process's.
-void set_thread_umask(mode_t m);
+// Gives the calling thread a umask of its own, at 0 (a worker, once, before serving). False when
+// the kernel refused: the thread then shares the process's, which nothing here changes.
+bool own_thread_umask();
+// Sets the calling thread's own umask to m unless it is that already. False, changing nothing,
+// on a thread without one of its own (it would change the whole process's).
+bool set_thread_umask(mode_t m);
 // Before creating one of the daemon's own files (journal, audit trail, logs, state) or starting
 // a program: a caller's umask left on this worker goes. Costs nothing when none is left.
 void own_files_umask();

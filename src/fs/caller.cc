@@ -1,7 +1,6 @@
 // Who a request acts for: its caller's identity and token, and the credentials the daemon takes
 // on for the caller's syscalls (native permission checks, resources charged to the caller).
 #include <linux/capability.h>
-#include <sched.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -140,31 +139,10 @@ ChargedTo::~ChargedTo() {
   if (switched_) syscall(SYS_setfsuid, 0);
 }
 
-namespace {
-thread_local bool t_own_umask = false;
-}  // namespace
-
-bool own_umask() {
-  if (t_own_umask) return true;
-  if (unshare(CLONE_FS) != 0) {
-    // Callers' umasks are then applied to the mode instead: a default ACL meets the masked mode.
-    static std::atomic<bool> said{false};
-    if (!said.exchange(true))
-      log::warn("a worker cannot have a umask of its own: {}", common::errstr(errno));
-    return false;
-  }
-  t_own_umask = true;
-  ::umask(0);  // what common::set_thread_umask takes it to be
-  return true;
-}
-
-CallerUmask::CallerUmask(fuse_req_t req, mode_t* mode) {
+void caller_umask(fuse_req_t req, mode_t* mode) {
   mode_t um = fuse_req_ctx(req)->umask & 0777;
-  if (!t_own_umask) {
-    *mode &= ~um;
-    return;
-  }
-  common::set_thread_umask(um);  // left set: the daemon's own files put 0 back first
+  // Left set on the worker: the daemon's own files put 0 back first.
+  if (!common::set_thread_umask(um)) *mode &= ~um;
 }
 
 void drop_resource_override() {

@@ -291,19 +291,10 @@ class AsCaller {
 
 // A creation under the caller's umask. The kernel leaves it to the daemon (FUSE_CAP_DONT_MASK)
 // so that BACKING's filesystem applies it, or a directory's default ACL in its place, as natively.
-// On a worker with its own umask (own_umask()) it is set, and stays until another caller's
-// (common/umask.h); elsewhere *mode is masked here (a default ACL then meets the masked mode, as
+// On a worker with a umask of its own it is set there (and stays until another caller's,
+// common/umask.h); elsewhere *mode is masked here (a default ACL then meets the masked mode, as
 // when the kernel masks it).
-class CallerUmask {
- public:
-  CallerUmask(fuse_req_t req, mode_t* mode);
-  CallerUmask(const CallerUmask&) = delete;
-  CallerUmask& operator=(const CallerUmask&) = delete;
-};
-
-// Gives the calling thread a umask of its own (unshare(CLONE_FS)); a worker calls it once before
-// serving. False when the kernel refused.
-bool own_umask();
+void caller_umask(fuse_req_t req, mode_t* mode);
 
 // Runs a syscall that allocates blocks (write, fallocate, copy; with keep_caps an xattr, link or
 // rename, which the backing filesystem checks again) with the caller's fsuid, so that it allocates

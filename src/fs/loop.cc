@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/umask.h"
 #include "fs/fs.h"
 
 namespace fencefs::fs {
@@ -107,7 +108,7 @@ class Loop {
     // Shares the process's umask until it has its own. One that cannot (unshare failed) masks
     // callers' modes itself and leaves the umask alone; had it been started by a worker, it
     // would share that worker's, which keeps the last caller's (common/umask.h).
-    own_umask();
+    common::own_thread_umask();
     std::unique_lock lk(mu_);
     while (!ended_flag_ && !fuse_session_exited(se_)) {
       if (readers_ >= kReaders + busy_) {

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/proc.h"
+#include "common/umask.h"
 #include "daemon/binding_store.h"
 #include "daemon/claim.h"
 #include "daemon/lifecycle.h"
@@ -263,7 +264,7 @@ void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floo
 
 int serve(fuse_session* se, bool singlethread) {
   if (singlethread) {
-    fs::own_umask();  // the threads started before keep the daemon's umask (0)
+    common::own_thread_umask();  // the threads started before keep the daemon's umask (0)
     return fuse_session_loop(se);
   }
   return fs::serve_workers(se, 16);
@@ -427,7 +428,7 @@ int main(int argc, char* argv[]) {
   std::unique_ptr<cluster::Cluster> cluster = cluster_mode ? join_cluster(o, fence) : nullptr;
 
   raise_fd_limit();  // many cached inodes each hold an O_PATH fd
-  umask(0);          // the daemon's own files as given; callers' creations: CallerUmask
+  umask(0);          // the daemon's own files as given; callers' creations: caller_umask
 
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));

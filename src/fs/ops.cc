@@ -23,7 +23,7 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
   if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
-  // Creations get the caller's umask apart (CallerUmask): a default ACL replaces it, as natively.
+  // Creations get the caller's umask apart (caller_umask): a default ACL replaces it, as natively.
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;
   conn->max_write = 1u << 20;
   conn->max_readahead = 1u << 20;

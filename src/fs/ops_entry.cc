@@ -156,7 +156,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char* name, mode_
   int res;
   {
     AsCaller as(req, mode);
-    CallerUmask um(req, &mode);
+    caller_umask(req, &mode);
     if (!as.ok()) {
       res = -1;
       errno = EACCES;

@@ -204,7 +204,7 @@ static int create_or_open(fuse_req_t req, Inode& p, const char* name, mode_t mod
   int fd;
   {
     AsCaller as(req, mode);
-    CallerUmask um(req, &mode);
+    caller_umask(req, &mode);
     if (!as.ok()) {
       *err = EACCES;
       *created = false;

@@ -30,8 +30,7 @@ class ThreadUmask : public ::testing::Test {
   template <class F>
   void on_worker(F f) {
     std::thread t([&] {
-      ASSERT_EQ(unshare(CLONE_FS), 0);
-      ::umask(0);
+      ASSERT_TRUE(own_thread_umask());
       f();
     });
     t.join();
@@ -66,6 +65,17 @@ TEST_F(ThreadUmask, ACallersUmaskAppliesUntilAnotherIsSetIncludingZero) {
   EXPECT_EQ(mode_of("b"), 0400u);
   EXPECT_EQ(mode_of("c"), 0666u);
   EXPECT_EQ(::umask(process), 022u);  // the worker's umask was its own
+}
+
+// A thread without a umask of its own shares the process's: never changed from here.
+TEST_F(ThreadUmask, AThreadWithoutItsOwnLeavesTheProcesssAlone) {
+  mode_t process = ::umask(022);
+  std::thread t([] {
+    EXPECT_FALSE(set_thread_umask(0277));
+    own_files_umask();
+  });
+  t.join();
+  EXPECT_EQ(::umask(process), 022u);
 }
 
 // Without own_files_umask() in these helpers the files come out 0400, 0500 and 0440.
