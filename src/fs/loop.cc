@@ -43,7 +43,7 @@ class Loop {
     while (!fuse_session_exited(se_)) {
       sem_wait(&ended_);
       std::lock_guard lk(mu_);
-      if (!wanted_ || ended_flag_) continue;
+      if (!wanted_ || ended_flag_ || fuse_session_exited(se_)) continue;
       wanted_ = false;
       if (readers_ > 0) continue;  // one went back to read(2) meanwhile
       if (parked_ > 0) {
