@@ -164,8 +164,10 @@ class Fs {
   void stamp(Inode& i, int fd, Epoch e, const Domain& d);
   // CREATE's stamp, from one fstat under the inode's lock that also checks fd is inode i (the
   // name may have changed in BACKING since the open): EAGAIN when it is not, nothing stamped.
-  // fresh: made by this CREATE, so no stamp to load.
-  int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh);
+  // fresh: made by this CREATE, so no stamp to load; its stamp is then only recorded as `e` and
+  // *owed: the handle must be marked dirty before the admission ends, so that its release, or
+  // the advance past `e`, writes it.
+  int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, bool* owed);
   // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
   // still open under `old` wrote (their holders, superseded, will not restamp at close).
   void stamp_writers(const Domain& d, Epoch old);

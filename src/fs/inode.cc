@@ -399,7 +399,8 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   stamp_locked(i, fd, e, d, st);
 }
 
-int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh) {
+int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, bool* owed) {
+  *owed = false;
   common::MutexLock lk(inode_mutex(i));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_ino != i.ino || st.st_dev != i.dev) return EAGAIN;
@@ -407,7 +408,16 @@ int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh) {
     i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
     i.stamp.store(0, std::memory_order_release);
   }
-  if (opts_.stamps && i.type == S_IFREG) stamp_locked(i, fd, e, d, st);
+  if (!opts_.stamps || i.type != S_IFREG) return 0;
+  if (fresh) {
+    // Nothing on disk to contradict: the stamp is owed by the handle, written at its release (or
+    // by the advance that supersedes it) with the size and mtime then; one fsetxattr, not two.
+    i.stamp_domain.store(d.id, std::memory_order_release);
+    i.stamp.store(e, std::memory_order_release);
+    *owed = true;
+    return 0;
+  }
+  stamp_locked(i, fd, e, d, st);
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -1177,6 +1178,53 @@ TEST(FencectlVerify, ASupersededWritersAdmittedWritesAreNotAFinding) {
   ASSERT_TRUE(v);
   EXPECT_EQ(1, st);
   EXPECT_EQ(std::vector<std::string>{"changed outside fencefs /f"}, finding_kinds(*v));
+}
+
+// A file CREATE made carries nothing to check until its holder has written: its stamp is written
+// once, at release, not at create and again at release (each write is an IN_ATTRIB in BACKING;
+// IN_MODIFY watched too, so that two around the data's write are not merged into one).
+TEST(Stamps, AFileCreatedAndWrittenIsStampedOnce) {
+  Mount m;
+  int in = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+  ASSERT_GE(in, 0);
+  ASSERT_GE(inotify_add_watch(in, m.backing().c_str(), IN_ATTRIB | IN_MODIFY), 0);
+  ASSERT_EQ(0, write_file(m, 2, "f", std::string(4096, 'x')));
+  ASSERT_TRUE(wait_stamp(m.bpath("f"), 4096));
+  ASSERT_EQ(0, m.unmount());  // every request answered
+  int attribs = 0;
+  alignas(inotify_event) char buf[4096];
+  for (ssize_t n; (n = read(in, buf, sizeof buf)) > 0;) {
+    for (char* p = buf; p < buf + n;) {
+      auto* ev = reinterpret_cast<inotify_event*>(p);
+      if ((ev->mask & IN_ATTRIB) && ev->len > 0 && std::string(ev->name) == "f") attribs++;
+      p += sizeof(inotify_event) + ev->len;
+    }
+  }
+  close(in);
+  EXPECT_EQ(1, attribs);
+  EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 4096 ", 0)) << stamp_of(m.bpath("f"));
+}
+
+// The stamp a fresh file owes is written by the advance that supersedes its holder, who will not
+// write it at close: the file carries the epoch it was created under, and verify finds nothing.
+TEST(Stamps, AFileCreatedBeforeAnAdvanceCarriesTheOldEpoch) {
+  Mount m;
+  EXPECT_EQ(0, in_child([&] {
+              if (m.ctl("bind / 2")) return 1;
+              int fd = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (fd < 0) return 2;
+              if (in_child([&] { return m.ctl("advance / 3"); }) != 0) return 3;
+              if (stamp_of(m.bpath("f")).rfind("2 0 ", 0) != 0) return 4;
+              if (write(fd, "late", 4) != -1 || errno != ESTALE) return 5;
+              return ::close(fd) == 0 ? 0 : 6;
+            }));
+  ASSERT_EQ(0, m.unmount());
+  EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 0 ", 0)) << stamp_of(m.bpath("f"));
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(0, st);
+  EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
 }
 
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
