@@ -63,6 +63,7 @@ struct Inode {
   // guarded by the table's mutex (Fs::table_mu_, which the analysis cannot name from here).
   Inode* parent = nullptr;
   uint32_t kids = 0;
+  uint32_t stamp_seq = 0;  // stamp writes tried, under inode_mutex: did one follow an OwedStamp
   std::atomic<Domain*> domain{nullptr};  // cache of domain_of, valid for domain_gen
   std::atomic<uint32_t> domain_gen{0};
   // Last-epoch stamp and the domain that issued it, loaded lazily; under inode_mutex.
@@ -79,6 +80,19 @@ static_assert(sizeof(Inode) <= 128);
 // keep cached inodes small.
 common::Mutex& inode_mutex(const Inode& i);
 
+// The stamp a file CREATE made still owes, kept by its handle: the create as admitted (its epoch,
+// the attributes read then). A handle that wrote stamps the file as it is at release instead.
+// One that did not writes this at release, or at the advance past `epoch`, whether or not it
+// was superseded or its file moved since (the create happened), unless another stamp came
+// first (stamp_seq moved): that one saw a later file.
+struct OwedStamp {
+  bool pending = false;
+  Epoch epoch = 0;
+  uint32_t seq = 0;
+  off_t size = 0;
+  struct timespec mtime {};
+};
+
 struct Handle {
   ~Handle();
   int fd = -1;
@@ -88,6 +102,7 @@ struct Handle {
   bool writable = false;
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
+  OwedStamp owed;                  // set under CREATE's admission, then read-only
   uid_t charged_uid = 0;           // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
   size_t page_charge = 0;           // .fencefs files: bytes charged to the PageBudget
@@ -165,9 +180,11 @@ class Fs {
   // CREATE's stamp, from one fstat under the inode's lock that also checks fd is inode i (the
   // name may have changed in BACKING since the open): EAGAIN when it is not, nothing stamped.
   // fresh: made by this CREATE, so no stamp to load; its stamp is then only recorded as `e` and
-  // *owed: the handle must be marked dirty before the admission ends, so that its release, or
-  // the advance past `e`, writes it.
-  int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, bool* owed);
+  // left *owed, which the handle must hold before the admission ends so that its release, or
+  // the advance past `e`, writes it (stamp_owed).
+  int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, OwedStamp* owed);
+  // Writes the OwedStamp of a handle that did not write, unless a stamp came since.
+  void stamp_owed(Handle& h);
   // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
   // still open under `old` wrote (their holders, superseded, will not restamp at close).
   void stamp_writers(const Domain& d, Epoch old);

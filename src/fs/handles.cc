@@ -22,6 +22,7 @@ void Fs::close_handle(Handle* h) {
     if (h->token.load() == d.epoch.load() && &domain_of(*h->inode) == &d)
       stamp(*h->inode, h->fd, h->token.load(), d);
   }
+  if (real) stamp_owed(*h);
   if (h->writable && real) readcache.writer_closed(*h->inode);
   handles.untrack(h);  // before its fd is closed: an advance stamps through it
   if (h->fd >= 0) ::close(h->fd);

@@ -399,8 +399,8 @@ void Fs::stamp(Inode& i, int fd, Epoch e, const Domain& d) {
   stamp_locked(i, fd, e, d, st);
 }
 
-int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, bool* owed) {
-  *owed = false;
+int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, OwedStamp* owed) {
+  *owed = OwedStamp();
   common::MutexLock lk(inode_mutex(i));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_ino != i.ino || st.st_dev != i.dev) return EAGAIN;
@@ -414,11 +414,22 @@ int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, bo
     // by the advance that supersedes it) with the size and mtime then; one fsetxattr, not two.
     i.stamp_domain.store(d.id, std::memory_order_release);
     i.stamp.store(e, std::memory_order_release);
-    *owed = true;
+    *owed = OwedStamp{true, e, i.stamp_seq, st.st_size, st.st_mtim};
     return 0;
   }
   stamp_locked(i, fd, e, d, st);
   return 0;
+}
+
+void Fs::stamp_owed(Handle& h) {
+  if (!h.owed.pending || h.dirty.load() || !opts_.stamps) return;
+  Inode& i = *h.inode;
+  common::MutexLock lk(inode_mutex(i));
+  if (i.stamp_seq != h.owed.seq) return;
+  struct stat st {};
+  st.st_size = h.owed.size;
+  st.st_mtim = h.owed.mtime;
+  stamp_locked(i, h.fd, h.owed.epoch, *h.domain, st);
 }
 
 void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st) {
@@ -429,6 +440,7 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
   if ((sd == d.id || sd == fence::kAnyDomain) && e < cur) e = cur;
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
                                       st.st_mtim.tv_nsec, d.id);
+  i.stamp_seq++;  // tried: even a failed write may have followed a change an owed stamp missed
   int r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
                   : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
   if (r != 0) {
@@ -441,9 +453,10 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
 
 void Fs::stamp_writers(const Domain& d, Epoch old) {
   handles.each_writer([&](Handle& h) {
-    if (h.domain == &d && h.dirty.load() && !h.stale.load() && h.token.load() == old &&
-        &domain_of(*h.inode) == &d)
+    if (h.domain != &d) return;
+    if (h.dirty.load() && !h.stale.load() && h.token.load() == old && &domain_of(*h.inode) == &d)
       stamp(*h.inode, h.fd, old, d);
+    stamp_owed(h);  // before a new holder can act: its first mutation stamps anew
   });
 }
 

@@ -262,7 +262,8 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     }
   } uncharge{f, fuse_req_ctx(req)->uid};
   int fd = -1;
-  bool created = false, owed = false;
+  bool created = false;
+  OwedStamp owed;
   fuse_entry_param e;
   // The name may change in BACKING at any moment: retry (a few times) until the entry looked up
   // is the file opened.
@@ -275,7 +276,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     err = f.do_lookup(parent, name, &e);
     // Stamped now, under the admission: a holder superseded before it closes does not restamp.
     // Not dirty: the stamp is the file as created; a mutation through the handle marks it. A
-    // file this CREATE made is stamped once, at release, as if written to (owed).
+    // file this CREATE made is stamped once, at release (owed).
     if (!err && (err = f.stamp_created(*f.inode(e.ino), fd, a.token(), *d, created, &owed)))
       f.forget_one(e.ino, 1);
     if (err) {
@@ -296,7 +297,7 @@ void op_create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
     e.attr.st_ctim = now.st_ctim;
   }
   Handle* h = new_handle(req, fd, i, d, a.token(), true);
-  h->dirty = owed;  // before the admission ends: an advance past it stamps through the handle
+  h->owed = owed;  // before the admission ends: an advance past it stamps through the handle
   uncharge.armed = false;
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);

@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -29,6 +30,7 @@
 
 #include "common/json.h"
 #include "fence/stamp.h"
+#include "fencefs/ioctl.h"
 #include "integration/mount_fixture.h"
 
 using namespace fencefs::testing;
@@ -1225,6 +1227,76 @@ TEST(Stamps, AFileCreatedBeforeAnAdvanceCarriesTheOldEpoch) {
   ASSERT_TRUE(v);
   EXPECT_EQ(0, st);
   EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
+}
+
+// A file created through the mount and closed unwritten is stamped as it was created: a write
+// into BACKING while it was open is found, not taken into the stamp its release writes.
+TEST(Stamps, AWriteAroundTheMountIntoAFileCreatedThereIsFound) {
+  Mount m;
+  EXPECT_EQ(0, as_job(m, 2, [&] {
+              int fd = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (fd < 0) return 1;
+              std::ofstream(m.bpath("f")) << "around the fence";
+              return ::close(fd) == 0 ? 0 : 2;
+            }));
+  ASSERT_EQ(0, m.unmount());  // the release has been served
+  EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 0 ", 0)) << stamp_of(m.bpath("f"));
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(1, st);
+  EXPECT_EQ(std::vector<std::string>{"changed outside fencefs /f"}, finding_kinds(*v));
+}
+
+// ... but what was written through another handle meanwhile, and stamped at its close, is not
+// taken back by the unwritten creator's later release.
+TEST(Stamps, AnUnwrittenCreatorsReleaseKeepsALaterStamp) {
+  Mount m;
+  EXPECT_EQ(0, as_job(m, 2, [&] {
+              int fd = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (fd < 0) return 1;
+              int other = ::open(m.path("f").c_str(), O_WRONLY);
+              if (other < 0 || write(other, "abc", 3) != 3 || ::close(other) != 0) return 2;
+              if (!wait_stamp(m.bpath("f"), 3)) return 3;
+              return ::close(fd) == 0 ? 0 : 4;
+            }));
+  ASSERT_EQ(0, m.unmount());
+  EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 3 ", 0)) << stamp_of(m.bpath("f"));
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(0, st);
+  EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
+}
+
+// The create happened whatever came after it: the stamp it owes is written at release though
+// the file's domain changed (`domain add` above it) or the handle was rebound to a higher token,
+// where a handle that wrote would not restamp. Else a later write around the mount goes unseen.
+TEST(Stamps, ACreateIsStampedThoughTheFileMovedDomainOrTheHandleWasRebound) {
+  Mount m;
+  ASSERT_EQ(0, ::mkdir(m.bpath("sub").c_str(), 0755));
+  EXPECT_EQ(0, as_job(m, 2, [&] {
+              int moved = ::open(m.path("sub/f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              int rebound = ::open(m.path("g").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (moved < 0 || rebound < 0) return 1;
+              if (sh(ctl_cmd("domain add '" + m.path("sub") + "' >/dev/null")) != 0) return 2;
+              struct fencefs_token t {};
+              t.epoch = 3;
+              if (ioctl(rebound, FENCEFS_IOC_SET_TOKEN, &t) != 0) return 3;
+              return ::close(moved) == 0 && ::close(rebound) == 0 ? 0 : 4;
+            }));
+  ASSERT_EQ(0, m.unmount());
+  EXPECT_EQ(0u, stamp_of(m.bpath("sub/f")).rfind("2 0 ", 0)) << stamp_of(m.bpath("sub/f"));
+  EXPECT_EQ(0u, stamp_of(m.bpath("g")).rfind("2 0 ", 0)) << stamp_of(m.bpath("g"));
+  std::ofstream(m.bpath("sub/f")) << "around";
+  std::ofstream(m.bpath("g")) << "around";
+  int st;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  ASSERT_TRUE(v);
+  EXPECT_EQ(1, st);
+  EXPECT_EQ(
+      (std::vector<std::string>{"changed outside fencefs /g", "changed outside fencefs /sub/f"}),
+      finding_kinds(*v));
 }
 
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
