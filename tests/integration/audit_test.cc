@@ -187,6 +187,13 @@ std::vector<std::string> finding_kinds(const Value& report) {
   return out;
 }
 
+// `fencectl verify BACKING --json`: its exit status, and its findings as "KIND PATH".
+std::pair<int, std::vector<std::string>> verify_backing(const Mount& m) {
+  int st = -1;
+  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
+  return {st, v ? finding_kinds(*v) : std::vector<std::string>{"unparsed"}};
+}
+
 bool has(const std::vector<std::string>& v, const std::string& s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
@@ -1222,11 +1229,7 @@ TEST(Stamps, AFileCreatedBeforeAnAdvanceCarriesTheOldEpoch) {
             }));
   ASSERT_EQ(0, m.unmount());
   EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 0 ", 0)) << stamp_of(m.bpath("f"));
-  int st;
-  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
-  ASSERT_TRUE(v);
-  EXPECT_EQ(0, st);
-  EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
+  EXPECT_EQ(std::make_pair(0, std::vector<std::string>{}), verify_backing(m));
 }
 
 // A file created through the mount and closed unwritten is stamped as it was created: a write
@@ -1241,11 +1244,8 @@ TEST(Stamps, AWriteAroundTheMountIntoAFileCreatedThereIsFound) {
             }));
   ASSERT_EQ(0, m.unmount());  // the release has been served
   EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 0 ", 0)) << stamp_of(m.bpath("f"));
-  int st;
-  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
-  ASSERT_TRUE(v);
-  EXPECT_EQ(1, st);
-  EXPECT_EQ(std::vector<std::string>{"changed outside fencefs /f"}, finding_kinds(*v));
+  EXPECT_EQ(std::make_pair(1, std::vector<std::string>{"changed outside fencefs /f"}),
+            verify_backing(m));
 }
 
 // ... but what was written through another handle meanwhile, and stamped at its close, is not
@@ -1262,11 +1262,7 @@ TEST(Stamps, AnUnwrittenCreatorsReleaseKeepsALaterStamp) {
             }));
   ASSERT_EQ(0, m.unmount());
   EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 3 ", 0)) << stamp_of(m.bpath("f"));
-  int st;
-  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
-  ASSERT_TRUE(v);
-  EXPECT_EQ(0, st);
-  EXPECT_EQ(std::vector<std::string>{}, finding_kinds(*v));
+  EXPECT_EQ(std::make_pair(0, std::vector<std::string>{}), verify_backing(m));
 }
 
 // The create happened whatever came after it: the stamp it owes is written at release though
@@ -1290,13 +1286,9 @@ TEST(Stamps, ACreateIsStampedThoughTheFileMovedDomainOrTheHandleWasRebound) {
   EXPECT_EQ(0u, stamp_of(m.bpath("g")).rfind("2 0 ", 0)) << stamp_of(m.bpath("g"));
   std::ofstream(m.bpath("sub/f")) << "around";
   std::ofstream(m.bpath("g")) << "around";
-  int st;
-  auto v = ctl_json("verify '" + m.backing() + "' --json", &st);
-  ASSERT_TRUE(v);
-  EXPECT_EQ(1, st);
-  EXPECT_EQ(
-      (std::vector<std::string>{"changed outside fencefs /g", "changed outside fencefs /sub/f"}),
-      finding_kinds(*v));
+  EXPECT_EQ(std::make_pair(1, std::vector<std::string>{"changed outside fencefs /g",
+                                                       "changed outside fencefs /sub/f"}),
+            verify_backing(m));
 }
 
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
