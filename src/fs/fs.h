@@ -84,7 +84,8 @@ common::Mutex& inode_mutex(const Inode& i);
 // the attributes read then). A handle that wrote stamps the file as it is at release instead.
 // One that did not writes this at release, or at the advance past `epoch`, whether or not it
 // was superseded or its file moved since (the create happened), unless another stamp came
-// first (stamp_seq moved): that one saw a later file.
+// first (stamp_seq moved, or the file carries one: another cluster member's): that one saw a
+// later file.
 struct OwedStamp {
   bool pending = false;
   Epoch epoch = 0;
@@ -242,9 +243,10 @@ class Fs {
   Inode root_;
   bool take_file_id(Inode& i, int fd);
   void load_stamp_locked(Inode& i, int fd) REQUIRES(inode_mutex(i));
-  // st: the file now (fd, or i.fd when fd is -1), read under the same lock.
-  void stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st)
-      REQUIRES(inode_mutex(i));
+  // st: the file now (fd, or i.fd when fd is -1), read under the same lock. first: only if the
+  // file carries no stamp yet (another member of a cluster may have stamped it since).
+  void stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st,
+                    bool first = false) REQUIRES(inode_mutex(i));
   void set_parent_locked(Inode* i, Inode* p) REQUIRES(table_mu_);
   void drop_locked(Inode* i) REQUIRES(table_mu_);
   Inode* find_locked(const struct stat& st) REQUIRES(table_mu_);

@@ -429,10 +429,11 @@ void Fs::stamp_owed(Handle& h) {
   struct stat st {};
   st.st_size = h.owed.size;
   st.st_mtim = h.owed.mtime;
-  stamp_locked(i, h.fd, h.owed.epoch, *h.domain, st);
+  stamp_locked(i, h.fd, h.owed.epoch, *h.domain, st, true);
 }
 
-void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st) {
+void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st,
+                      bool first) {
   load_stamp_locked(i, fd);
   uint32_t sd = i.stamp_domain.load(std::memory_order_acquire);
   Epoch cur = i.stamp.load(std::memory_order_acquire);
@@ -441,8 +442,13 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
                                       st.st_mtim.tv_nsec, d.id);
   i.stamp_seq++;  // tried: even a failed write may have followed a change an owed stamp missed
-  int r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), 0)
-                  : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), 0);
+  int flags = first ? XATTR_CREATE : 0;
+  int r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), flags)
+                  : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), flags);
+  if (r != 0 && first && errno == EEXIST) {  // the later file's stamp stands: read it when needed
+    i.stamp.store(kStampUnknown, std::memory_order_release);
+    return;
+  }
   if (r != 0) {
     log::warn("cannot stamp {}: {}", fence_.describe({i.fd, nullptr}), common::errstr(errno));
     return;

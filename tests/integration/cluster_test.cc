@@ -707,6 +707,41 @@ TEST_F(ClusterTest, EqualTokenWritesDoNotTouchEtcd) {
   EXPECT_LT(took, 8s);  // well before the isolation bound: no write waited for etcd
 }
 
+// One owner, two members: a file created through member 1 and held open unwritten is written
+// and closed through member 2. Member 1's release must leave member 2's stamp, which its own
+// count of stamps never saw, not put back the file as created.
+TEST_F(ClusterTest, AnUnwrittenCreatorKeepsAnotherMembersStamp) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  int created[2], go[2];
+  ASSERT_EQ(pipe(created), 0);
+  ASSERT_EQ(pipe(go), 0);
+  pid_t a = spawn_job(n1, 5, [&] {
+    int fd = ::open(n1.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    char c = 0;
+    if (fd < 0 || ::write(created[1], "c", 1) != 1 || ::read(go[0], &c, 1) != 1) return 101;
+    return ::close(fd) == 0 ? 0 : errno;
+  });
+  char c = 0;
+  ASSERT_EQ(::read(created[0], &c, 1), 1);
+  pid_t b = spawn_job(n2, 5, [&] {
+    int fd = ::open(n2.path("f").c_str(), O_WRONLY);
+    if (fd < 0 || ::write(fd, "member 2", 8) != 8) return errno;
+    return ::close(fd) == 0 ? 0 : errno;
+  });
+  EXPECT_EQ(wait_status(b), 0);
+  auto stamp = [&] { return xattr(bpath("f"), "trusted.fencefs"); };
+  EXPECT_TRUE(eventually([&] { return stamp().rfind("5 8 ", 0) == 0; })) << stamp();
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  EXPECT_EQ(wait_status(a), 0);
+  n1.stop();  // its release served
+  n2.stop();
+  EXPECT_EQ(0u, stamp().rfind("5 8 ", 0)) << stamp();
+  for (int fd : {created[0], created[1], go[0], go[1]}) ::close(fd);
+}
+
 // `fencectl run --acquire` on a cluster mount gets the cluster's epoch + 1, made on every member;
 // an explicit token not above the cluster's epoch is refused with the epoch that refused it.
 TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
