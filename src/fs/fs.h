@@ -103,8 +103,15 @@ struct Handle {
   bool writable = false;
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
   std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
-  OwedStamp owed;                  // set under CREATE's admission, then read-only
-  uid_t charged_uid = 0;           // whose FdBudget (or, .fencefs files, PageBudget) share holds it
+  // The epoch its last mutation was admitted under: the stamp's, at release or at the advance
+  // past it, even when the handle was rebound to a higher token since.
+  std::atomic<Epoch> wrote_at{0};
+  void wrote(Epoch e) {
+    wrote_at.store(e, std::memory_order_relaxed);
+    dirty.store(true, std::memory_order_release);
+  }
+  OwedStamp owed;         // set under CREATE's admission, then read-only
+  uid_t charged_uid = 0;  // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
   size_t page_charge = 0;           // .fencefs files: bytes charged to the PageBudget
   bool opened_by_issuer = false;    // .fencefs/ctl: whether an issuer opened it (Fence::authorize)

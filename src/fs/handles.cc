@@ -15,12 +15,13 @@ Handle::~Handle() {
 void Fs::close_handle(Handle* h) {
   bool real = h->inode->kind == Kind::Real;
   if (real && h->dirty.load() && !h->stale.load()) {
-    // The stamp is a mutation like any other: written only while the handle's token is still
-    // the epoch of the file's domain, and under its shared lock so no advance passes between.
+    // The stamp is a mutation like any other: written only while the epoch the handle wrote
+    // under is still the file's domain's, and under its shared lock so no advance passes
+    // between (the advance past it stamped the file).
     Domain& d = *h->domain;
     std::shared_lock lk(d.mu);
-    if (h->token.load() == d.epoch.load() && &domain_of(*h->inode) == &d)
-      stamp(*h->inode, h->fd, h->token.load(), d);
+    if (Epoch e = h->wrote_at.load(); e == d.epoch.load() && &domain_of(*h->inode) == &d)
+      stamp(*h->inode, h->fd, e, d);
   }
   if (real) stamp_owed(*h);
   if (h->writable && real) readcache.writer_closed(*h->inode);

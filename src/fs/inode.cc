@@ -460,7 +460,7 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
 void Fs::stamp_writers(const Domain& d, Epoch old) {
   handles.each_writer([&](Handle& h) {
     if (h.domain != &d) return;
-    if (h.dirty.load() && !h.stale.load() && h.token.load() == old && &domain_of(*h.inode) == &d)
+    if (h.dirty.load() && !h.stale.load() && h.wrote_at.load() == old && &domain_of(*h.inode) == &d)
       stamp(*h.inode, h.fd, old, d);
     stamp_owed(h);  // before a new holder can act: its first mutation stamps anew
   });

@@ -1291,6 +1291,28 @@ TEST(Stamps, ACreateIsStampedThoughTheFileMovedDomainOrTheHandleWasRebound) {
             verify_backing(m));
 }
 
+// A handle rebound to a token above the epoch after it wrote still stamps what it wrote, under
+// the epoch it wrote at: at its close (g), or at the advance that passes that epoch (f).
+TEST(Stamps, AHandleReboundAfterItWroteStampsWhatItWrote) {
+  Mount m;
+  EXPECT_EQ(0, as_job(m, 2, [&] {
+              int f = ::open(m.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              int g = ::open(m.path("g").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              if (f < 0 || g < 0 || write(f, "data", 4) != 4 || write(g, "data", 4) != 4) return 1;
+              struct fencefs_token t {};
+              t.epoch = 5;
+              if (ioctl(f, FENCEFS_IOC_SET_TOKEN, &t) != 0) return 2;
+              if (ioctl(g, FENCEFS_IOC_SET_TOKEN, &t) != 0) return 3;
+              if (::close(g) != 0 || !wait_stamp(m.bpath("g"), 4)) return 4;
+              if (in_child([&] { return m.ctl("advance / 3"); }) != 0) return 5;
+              return ::close(f) == 0 ? 0 : 6;
+            }));
+  ASSERT_EQ(0, m.unmount());
+  EXPECT_EQ(0u, stamp_of(m.bpath("f")).rfind("2 4 ", 0)) << stamp_of(m.bpath("f"));
+  EXPECT_EQ(0u, stamp_of(m.bpath("g")).rfind("2 4 ", 0)) << stamp_of(m.bpath("g"));
+  EXPECT_EQ(std::make_pair(0, std::vector<std::string>{}), verify_backing(m));
+}
+
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
