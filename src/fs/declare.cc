@@ -156,6 +156,9 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
         rel, crossing.size(), list);
     return EXDEV;
   }
+  // Handles open in the owner whose file moves to the new domain are refused from here on and
+  // will not restamp at close: stamp what they wrote now, as an advance would.
+  stamp_writers(*owner, owner->epoch.load());
   int err = fence_.add_domain(rel, std::move(place), why);
   if (!err) log::info("{}", *why);
   return err;

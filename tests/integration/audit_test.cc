@@ -1313,6 +1313,25 @@ TEST(Stamps, AHandleReboundAfterItWroteStampsWhatItWrote) {
   EXPECT_EQ(std::make_pair(0, std::vector<std::string>{}), verify_backing(m));
 }
 
+// `domain add` above files open for writing: their handles are refused from then on and do not
+// restamp at close, so the declaration stamps what they wrote, as an advance does.
+TEST(Stamps, DomainAddStampsWhatHandlesInsideWrote) {
+  Mount m;
+  ASSERT_EQ(0, ::mkdir(m.bpath("sub").c_str(), 0755));
+  ASSERT_EQ(0, write_file(m, 2, "sub/old", "before"));
+  EXPECT_EQ(0, as_job(m, 2, [&] {
+              int f = ::open(m.path("sub/new").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+              int g = ::open(m.path("sub/old").c_str(), O_WRONLY | O_APPEND);
+              if (f < 0 || g < 0 || write(f, "data", 4) != 4 || write(g, "+more", 5) != 5) return 1;
+              if (sh(ctl_cmd("domain add '" + m.path("sub") + "' >/dev/null")) != 0) return 2;
+              return ::close(f) == 0 && ::close(g) == 0 ? 0 : 3;
+            }));
+  ASSERT_EQ(0, m.unmount());
+  EXPECT_EQ(0u, stamp_of(m.bpath("sub/new")).rfind("2 4 ", 0)) << stamp_of(m.bpath("sub/new"));
+  EXPECT_EQ(0u, stamp_of(m.bpath("sub/old")).rfind("2 11 ", 0)) << stamp_of(m.bpath("sub/old"));
+  EXPECT_EQ(std::make_pair(0, std::vector<std::string>{}), verify_backing(m));
+}
+
 TEST(FencectlVerify, FindsAWriteOutsideFencefs) {
   Mount m;
   ASSERT_EQ(0, write_file(m, 2, "f", "fenced"));
