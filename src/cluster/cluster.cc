@@ -234,9 +234,15 @@ Domain* Cluster::declare_local(const std::string& path) {
   if (err) {
     why = fmt::format("domain {} declared by the cluster has no directory here: {}", path,
                       common::errstr(err));
-  } else if (fence_.add_domain(path, std::move(place), &why, false) == 0) {
-    audit("cluster_domain", "declared", "", path, 0, 0, "declared by another member: " + why);
-    return fence_.domains().by_path(path);
+  } else {
+    // As a local `domain add`: nothing admitted meanwhile in the domain it is carved out of.
+    Domain* owner = nullptr;
+    auto lk = fence_.quiesce_owner(place, &owner);
+    if (fence_.add_domain(path, std::move(place), &why, false) == 0) {
+      lk.unlock();
+      audit("cluster_domain", "declared", "", path, 0, 0, "declared by another member: " + why);
+      return fence_.domains().by_path(path);
+    }
   }
   log::error("cluster {}: {}", o_.name, why);
   audit("cluster_domain", "refused", "io", path, 0, 0, why);

@@ -367,6 +367,25 @@ int Fence::authorize(const Caller& c, const Domain& d, const TokenText& t, bool 
   return 0;
 }
 
+std::unique_lock<WriterPreferringLock> Fence::quiesce_owner(const std::vector<PlaceStep>& place,
+                                                            Domain** owner) {
+  auto owner_of = [&] {
+    for (size_t k = place.size() - 1; k-- > 0;)
+      if (Domain* d = domains_.by_root_inode(place[k].dev, place[k].ino)) return d;
+    return domains_.root();
+  };
+  Domain* o = owner_of();
+  std::unique_lock lk(o->mu);
+  while (owner_of() != o) {  // another declaration made a deeper owner meanwhile
+    lk.unlock();
+    o = owner_of();
+    lk = std::unique_lock(o->mu);
+  }
+  if (before_advance_) before_advance_(*o, o->epoch.load());
+  *owner = o;
+  return lk;
+}
+
 int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why,
                       bool announce) {
   common::MutexLock lk(domain_add_mu_);

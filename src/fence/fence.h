@@ -142,6 +142,12 @@ class Fence {
   // announce: also declare it to the epoch authority (false when the authority told us).
   int add_domain(const std::string& rel, std::vector<PlaceStep> place, std::string* why,
                  bool announce = true);
+  // Before a domain is declared at `place`: locks exclusively the domain it is carved out of
+  // (the deepest one rooted above it, found again once locked), so that nothing is admitted
+  // there meanwhile, and runs the before-advance step on it at its epoch: handles open there
+  // whose file moves are refused from then on and will not restamp at close.
+  std::unique_lock<WriterPreferringLock> quiesce_owner(const std::vector<PlaceStep>& place,
+                                                       Domain** owner);
 
   // Cluster mode: the authority owns advances; this member follows. Unset: the local journal is
   // the only authority. Set before mounting.

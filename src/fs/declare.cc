@@ -110,22 +110,10 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
     *why = fmt::format("cannot open {}: {}", rel, common::errstr(open_err));
     return open_err;
   }
-  // The domain the tree is carved out of: the deepest one rooted on the way to it.
-  auto owner_of = [&] {
-    for (size_t k = place.size() - 1; k-- > 0;)
-      if (Domain* d = table.by_root_inode(place[k].dev, place[k].ino)) return d;
-    return table.root();
-  };
-  // Nothing is admitted in the owner while its tree is scanned and split: no link or rename can
-  // cross the new boundary between the check and the declaration. (Checked again once locked:
-  // another `domain add` may have declared a deeper owner meanwhile.)
-  Domain* owner = owner_of();
-  std::unique_lock lk(owner->mu);
-  while (owner_of() != owner) {
-    lk.unlock();
-    owner = owner_of();
-    lk = std::unique_lock(owner->mu);
-  }
+  // Nothing is admitted in the domain the tree is carved out of while its tree is scanned and
+  // split: no link or rename can cross the new boundary between the check and the declaration.
+  Domain* owner = nullptr;
+  auto lk = fence_.quiesce_owner(place, &owner);
   Scan sc{table, place.back().dev, owner->id, opts_.stamps, {}, {}, 0};
   walk(sc, dfd, rel);
   if (sc.err) {
@@ -156,9 +144,6 @@ int Fs::declare_domain(const std::string& rel, std::string* why) {
         rel, crossing.size(), list);
     return EXDEV;
   }
-  // Handles open in the owner whose file moves to the new domain are refused from here on and
-  // will not restamp at close: stamp what they wrote now, as an advance would.
-  stamp_writers(*owner, owner->epoch.load());
   int err = fence_.add_domain(rel, std::move(place), why);
   if (!err) log::info("{}", *why);
   return err;

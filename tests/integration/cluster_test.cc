@@ -742,6 +742,39 @@ TEST_F(ClusterTest, AnUnwrittenCreatorKeepsAnotherMembersStamp) {
   for (int fd : {created[0], created[1], go[0], go[1]}) ::close(fd);
 }
 
+// `domain add` through member 2 above a file open for writing through member 1: member 1's
+// handle is refused once it learns of the domain and does not restamp at close, so it stamps
+// what the handle wrote then, as its own `domain add` would.
+TEST_F(ClusterTest, ADomainDeclaredElsewhereStampsWhatHandlesHereWrote) {
+  Etcd& etcd = this->etcd(1);
+  ASSERT_EQ(mkdir(bpath("sub").c_str(), 0755), 0);
+  Node& n1 = node("m1", etcd.endpoints());
+  Node& n2 = node("m2", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  int wrote[2], go[2];
+  ASSERT_EQ(pipe(wrote), 0);
+  ASSERT_EQ(pipe(go), 0);
+  pid_t a = spawn_job(n1, 5, [&] {
+    int fd = ::open(n1.path("sub/g").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+    char c = 0;
+    if (fd < 0 || ::write(fd, "data", 4) != 4) return 101;
+    if (::write(wrote[1], "w", 1) != 1 || ::read(go[0], &c, 1) != 1) return 102;
+    return ::close(fd) == 0 ? 0 : errno;
+  });
+  char c = 0;
+  ASSERT_EQ(::read(wrote[0], &c, 1), 1);
+  ASSERT_EQ(n2.ctl("domain add /sub"), 0);
+  EXPECT_TRUE(eventually([&] { return xattr(n1.path("sub"), "user.fencefs.domain") == "/sub"; }))
+      << n1.log();
+  ASSERT_EQ(::write(go[1], "g", 1), 1);
+  EXPECT_EQ(wait_status(a), 0);
+  n1.stop();
+  n2.stop();
+  std::string stamp = xattr(bpath("sub/g"), "trusted.fencefs");
+  EXPECT_EQ(0u, stamp.rfind("5 4 ", 0)) << stamp;
+  for (int fd : {wrote[0], wrote[1], go[0], go[1]}) ::close(fd);
+}
+
 // `fencectl run --acquire` on a cluster mount gets the cluster's epoch + 1, made on every member;
 // an explicit token not above the cluster's epoch is refused with the epoch that refused it.
 TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
