@@ -176,6 +176,43 @@ pid_t spawn_job(const Node& n, uint64_t token, const std::function<int()>& fn) {
   return pid;
 }
 
+// A job of n that opens `rel` for writing (`flags` with O_WRONLY), writes `data` and holds the
+// file open until `release()`, then closes it. Returns once the write is done.
+class HeldFile {
+ public:
+  HeldFile(const Node& n, uint64_t token, const std::string& rel, int flags,
+           const std::string& data) {
+    int ready[2];
+    if (pipe(ready) != 0 || pipe(go_) != 0) return;
+    pid_ = spawn_job(n, token, [&] {
+      int fd = ::open(n.path(rel).c_str(), O_WRONLY | flags, 0644);
+      char c = 0;
+      if (fd < 0 || ::write(fd, data.data(), data.size()) != static_cast<ssize_t>(data.size()))
+        return 101;
+      if (::write(ready[1], "r", 1) != 1 || ::read(go_[0], &c, 1) != 1) return 102;
+      return ::close(fd) == 0 ? 0 : errno;
+    });
+    ::close(ready[1]);  // EOF below if the job ends early
+    ::close(go_[0]);
+    char c = 0;
+    held_ = ::read(ready[0], &c, 1) == 1;
+    ::close(ready[0]);
+  }
+  ~HeldFile() { ::close(go_[1]); }
+  bool held() const { return held_; }
+  // The job's exit status once it has closed the file.
+  int release() {
+    if (::write(go_[1], "g", 1) != 1) return -1;
+    int st;
+    return waitpid(pid_, &st, 0) == pid_ && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  }
+
+ private:
+  int go_[2] = {-1, -1};
+  pid_t pid_ = -1;
+  bool held_ = false;
+};
+
 int wait_status(pid_t pid) {
   int st;
   waitpid(pid, &st, 0);
@@ -715,17 +752,8 @@ TEST_F(ClusterTest, AnUnwrittenCreatorKeepsAnotherMembersStamp) {
   Node& n1 = node("m1", etcd.endpoints());
   Node& n2 = node("m2", etcd.endpoints());
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
-  int created[2], go[2];
-  ASSERT_EQ(pipe(created), 0);
-  ASSERT_EQ(pipe(go), 0);
-  pid_t a = spawn_job(n1, 5, [&] {
-    int fd = ::open(n1.path("f").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-    char c = 0;
-    if (fd < 0 || ::write(created[1], "c", 1) != 1 || ::read(go[0], &c, 1) != 1) return 101;
-    return ::close(fd) == 0 ? 0 : errno;
-  });
-  char c = 0;
-  ASSERT_EQ(::read(created[0], &c, 1), 1);
+  HeldFile a(n1, 5, "f", O_CREAT | O_EXCL, "");
+  ASSERT_TRUE(a.held());
   pid_t b = spawn_job(n2, 5, [&] {
     int fd = ::open(n2.path("f").c_str(), O_WRONLY);
     if (fd < 0 || ::write(fd, "member 2", 8) != 8) return errno;
@@ -734,12 +762,10 @@ TEST_F(ClusterTest, AnUnwrittenCreatorKeepsAnotherMembersStamp) {
   EXPECT_EQ(wait_status(b), 0);
   auto stamp = [&] { return xattr(bpath("f"), "trusted.fencefs"); };
   EXPECT_TRUE(eventually([&] { return stamp().rfind("5 8 ", 0) == 0; })) << stamp();
-  ASSERT_EQ(::write(go[1], "g", 1), 1);
-  EXPECT_EQ(wait_status(a), 0);
+  EXPECT_EQ(a.release(), 0);
   n1.stop();  // its release served
   n2.stop();
   EXPECT_EQ(0u, stamp().rfind("5 8 ", 0)) << stamp();
-  for (int fd : {created[0], created[1], go[0], go[1]}) ::close(fd);
 }
 
 // `domain add` through member 2 above a file open for writing through member 1: member 1's
@@ -751,28 +777,16 @@ TEST_F(ClusterTest, ADomainDeclaredElsewhereStampsWhatHandlesHereWrote) {
   Node& n1 = node("m1", etcd.endpoints());
   Node& n2 = node("m2", etcd.endpoints());
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
-  int wrote[2], go[2];
-  ASSERT_EQ(pipe(wrote), 0);
-  ASSERT_EQ(pipe(go), 0);
-  pid_t a = spawn_job(n1, 5, [&] {
-    int fd = ::open(n1.path("sub/g").c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
-    char c = 0;
-    if (fd < 0 || ::write(fd, "data", 4) != 4) return 101;
-    if (::write(wrote[1], "w", 1) != 1 || ::read(go[0], &c, 1) != 1) return 102;
-    return ::close(fd) == 0 ? 0 : errno;
-  });
-  char c = 0;
-  ASSERT_EQ(::read(wrote[0], &c, 1), 1);
+  HeldFile a(n1, 5, "sub/g", O_CREAT | O_EXCL, "data");
+  ASSERT_TRUE(a.held());
   ASSERT_EQ(n2.ctl("domain add /sub"), 0);
   EXPECT_TRUE(eventually([&] { return xattr(n1.path("sub"), "user.fencefs.domain") == "/sub"; }))
       << n1.log();
-  ASSERT_EQ(::write(go[1], "g", 1), 1);
-  EXPECT_EQ(wait_status(a), 0);
+  EXPECT_EQ(a.release(), 0);
   n1.stop();
   n2.stop();
   std::string stamp = xattr(bpath("sub/g"), "trusted.fencefs");
   EXPECT_EQ(0u, stamp.rfind("5 4 ", 0)) << stamp;
-  for (int fd : {wrote[0], wrote[1], go[0], go[1]}) ::close(fd);
 }
 
 // `fencectl run --acquire` on a cluster mount gets the cluster's epoch + 1, made on every member;
