@@ -63,7 +63,6 @@ struct Inode {
   // guarded by the table's mutex (Fs::table_mu_, which the analysis cannot name from here).
   Inode* parent = nullptr;
   uint32_t kids = 0;
-  uint32_t stamp_seq = 0;  // stamp writes tried, under inode_mutex: did one follow an OwedStamp
   std::atomic<Domain*> domain{nullptr};  // cache of domain_of, valid for domain_gen
   std::atomic<uint32_t> domain_gen{0};
   // Last-epoch stamp and the domain that issued it, loaded lazily; under inode_mutex.
@@ -83,13 +82,11 @@ common::Mutex& inode_mutex(const Inode& i);
 // The stamp a file CREATE made still owes, kept by its handle: the create as admitted (its epoch,
 // the attributes read then). A handle that wrote stamps the file as it is at release instead.
 // One that did not writes this at release, or at the advance past `epoch`, whether or not it
-// was superseded or its file moved since (the create happened), unless another stamp came
-// first (stamp_seq moved, or the file carries one: another cluster member's): that one saw a
-// later file.
+// was superseded or its file moved since (the create happened), unless the file carries a stamp
+// by then (XATTR_CREATE): any other stamp, this daemon's or another member's, saw a later file.
 struct OwedStamp {
   bool pending = false;
   Epoch epoch = 0;
-  uint32_t seq = 0;
   off_t size = 0;
   struct timespec mtime {};
 };
@@ -102,14 +99,10 @@ struct Handle {
   std::atomic<Epoch> token{0};  // captured at open; rebindable by ioctl
   bool writable = false;
   std::atomic<bool> stale{false};  // once refused as stale, refused for good
-  std::atomic<bool> dirty{false};  // mutated: restamp size/mtime at release
-  // The epoch its last mutation was admitted under: the stamp's, at release or at the advance
-  // past it, even when the handle was rebound to a higher token since.
+  // 0 until a mutation through it is admitted (never under token 0), then the epoch its last
+  // was admitted under: restamped at release, or at the advance past it, under that epoch even
+  // when the handle was rebound to a higher token since.
   std::atomic<Epoch> wrote_at{0};
-  void wrote(Epoch e) {
-    wrote_at.store(e, std::memory_order_relaxed);
-    dirty.store(true, std::memory_order_release);
-  }
   OwedStamp owed;         // set under CREATE's admission, then read-only
   uid_t charged_uid = 0;  // whose FdBudget (or, .fencefs files, PageBudget) share holds it
   bool charged = false;
@@ -191,7 +184,7 @@ class Fs {
   // left *owed, which the handle must hold before the admission ends so that its release, or
   // the advance past `e`, writes it (stamp_owed).
   int stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, OwedStamp* owed);
-  // Writes the OwedStamp of a handle that did not write, unless a stamp came since.
+  // Writes the OwedStamp of a handle that did not write, unless the file carries a stamp.
   void stamp_owed(Handle& h);
   // Under d's exclusive lock, before its epoch moves past `old`: stamps the files that handles
   // still open under `old` wrote (their holders, superseded, will not restamp at close).

@@ -14,7 +14,7 @@ Handle::~Handle() {
 
 void Fs::close_handle(Handle* h) {
   bool real = h->inode->kind == Kind::Real;
-  if (real && h->dirty.load() && !h->stale.load()) {
+  if (real && h->wrote_at.load() != 0 && !h->stale.load()) {
     // The stamp is a mutation like any other: written only while the epoch the handle wrote
     // under is still the file's domain's, and under its shared lock so no advance passes
     // between (the advance past it stamped the file).

@@ -65,7 +65,7 @@ int admit_handle(fuse_req_t req, Handle& h, const char* opname, fence::Admission
     return refuse_moved(req, h, now, opname);
   }
   if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
-  h.wrote(out->token());
+  h.wrote_at.store(out->token());
   return 0;
 }
 
@@ -92,7 +92,7 @@ static int admit_writeback(fuse_req_t req, Handle& h, fence::Admission* out) {
     return EIO;
   }
   if (f.stamp_of(*h.inode, h.fd) < out->token()) f.stamp(*h.inode, h.fd, out->token(), *h.domain);
-  h.wrote(out->token());
+  h.wrote_at.store(out->token());
   return 0;
 }
 
@@ -184,7 +184,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (writable && (fi->flags & O_TRUNC)) {
     if (kernel_io::kill_suidgid() && kill_setid(req, fd)) kernel_io::attributes_changed(ino);
     f.stamp(i, fd, token, *d);
-    h->wrote(token);
+    h->wrote_at.store(token);
   }
   a = fence::Admission();
   fi->fh = reinterpret_cast<uint64_t>(h);

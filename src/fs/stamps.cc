@@ -59,28 +59,23 @@ int Fs::stamp_created(Inode& i, int fd, Epoch e, const Domain& d, bool fresh, Ow
   common::MutexLock lk(inode_mutex(i));
   struct stat st;
   if (fstat(fd, &st) != 0 || st.st_ino != i.ino || st.st_dev != i.dev) return EAGAIN;
-  if (fresh) {  // it carries no stamp yet, nothing to read
-    i.stamp_domain.store(fence::kAnyDomain, std::memory_order_release);
-    i.stamp.store(0, std::memory_order_release);
-  }
-  if (!opts_.stamps || i.type != S_IFREG) return 0;
+  bool stamps = opts_.stamps && i.type == S_IFREG;
   if (fresh) {
-    // Nothing on disk to contradict: the stamp is owed by the handle, written at its release (or
-    // by the advance that supersedes it) with the size and mtime then; one fsetxattr, not two.
-    i.stamp_domain.store(d.id, std::memory_order_release);
-    i.stamp.store(e, std::memory_order_release);
-    *owed = OwedStamp{true, e, i.stamp_seq, st.st_size, st.st_mtim};
-    return 0;
+    // It carries no stamp yet: the one it is owed is written by the handle at release (or by the
+    // advance that supersedes it), one fsetxattr per created file, not two.
+    i.stamp_domain.store(stamps ? d.id : fence::kAnyDomain, std::memory_order_release);
+    i.stamp.store(stamps ? e : 0, std::memory_order_release);
+    if (stamps) *owed = OwedStamp{true, e, st.st_size, st.st_mtim};
+  } else if (stamps) {
+    stamp_locked(i, fd, e, d, st);
   }
-  stamp_locked(i, fd, e, d, st);
   return 0;
 }
 
 void Fs::stamp_owed(Handle& h) {
-  if (!h.owed.pending || h.dirty.load() || !opts_.stamps) return;
+  if (!h.owed.pending || h.wrote_at.load() != 0 || !opts_.stamps) return;
   Inode& i = *h.inode;
   common::MutexLock lk(inode_mutex(i));
-  if (i.stamp_seq != h.owed.seq) return;
   struct stat st {};
   st.st_size = h.owed.size;
   st.st_mtim = h.owed.mtime;
@@ -96,7 +91,6 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
   if ((sd == d.id || sd == fence::kAnyDomain) && e < cur) e = cur;
   std::string v = fence::encode_stamp(e, static_cast<uint64_t>(st.st_size), st.st_mtim.tv_sec,
                                       st.st_mtim.tv_nsec, d.id);
-  i.stamp_seq++;  // tried: even a failed write may have followed a change an owed stamp missed
   int flags = first ? XATTR_CREATE : 0;
   int r = fd >= 0 ? fsetxattr(fd, kStampXattr, v.data(), v.size(), flags)
                   : setxattr(proc_path(i.fd).c_str(), kStampXattr, v.data(), v.size(), flags);
@@ -115,7 +109,8 @@ void Fs::stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct s
 void Fs::stamp_writers(const Domain& d, Epoch old) {
   handles.each_writer([&](Handle& h) {
     if (h.domain != &d) return;
-    if (h.dirty.load() && !h.stale.load() && h.wrote_at.load() == old && &domain_of(*h.inode) == &d)
+    if (Epoch w = h.wrote_at.load();
+        w != 0 && w == old && !h.stale.load() && &domain_of(*h.inode) == &d)
       stamp(*h.inode, h.fd, old, d);
     stamp_owed(h);  // before a new holder can act: its first mutation stamps anew
   });
