@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 PKGS=(
   build-essential cmake pkg-config git
   libfuse3-dev fuse3 libfmt-dev libssl-dev libgtest-dev nlohmann-json3-dev libmount-dev libsystemd-dev
+  liburing-dev
   attr rsync sqlite3 lmdb-utils tar fio fiu-utils libfiu-dev e2fsprogs openssl
   clang clang-tidy libclang-rt-14-dev util-linux procps python3
   libcurl4-openssl-dev etcd-server etcd-client

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every check and test suite. Used by .ci/run.
 #   scripts/test.sh            everything
-#   TEST_PARTS="format tidy"   only these parts, from: format tidy clang unit mount shell asan fuzz
+#   TEST_PARTS="format tidy"   only these parts, from: format tidy clang unit mount ring shell asan
+#                              fuzz
 #                              (unit, format, tidy and clang need no root and mount nothing)
 #   SKIP_SANITIZE=1            skip the ASan/UBSan pass (same as leaving out "asan")
 #   SKIP_FUZZ=1                skip the bounded fuzzing pass (same as leaving out "fuzz")
@@ -9,7 +10,7 @@
 # unmounts only those: other runs on the same machine are left alone.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-PARTS=" ${TEST_PARTS:-format tidy clang unit mount shell asan fuzz} "
+PARTS=" ${TEST_PARTS:-format tidy clang unit mount ring shell asan fuzz} "
 [ -n "${SKIP_SANITIZE:-}" ] && PARTS=${PARTS/ asan / }
 [ -n "${SKIP_FUZZ:-}" ] && PARTS=${PARTS/ fuzz / }
 want() { case "$PARTS" in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
@@ -84,6 +85,24 @@ if want mount; then
   for t in "$B"/*_test; do
     [ -x "$t" ] && run "$(basename "$t")" "$t" --gtest_brief=1
   done
+fi
+if want ring; then
+  # The mount suites once more with every daemon taking its requests through FUSE over io_uring
+  # (-o uring, where the kernel offers it). workers_test is about the /dev/fuse loop the rings
+  # replace; ring_test sets the kernel's switch itself.
+  uring=/sys/module/fuse/parameters/enable_uring
+  if [ -w "$uring" ]; then
+    was=$(cat "$uring")
+    echo Y >"$uring"
+    for t in "$B"/*_test; do
+      case $t in */workers_test | */ring_test) continue ;; esac
+      [ -x "$t" ] && run "ring:$(basename "$t")" env FENCEFS_TEST_MOUNT_OPTS="-o uring" "$t" --gtest_brief=1
+    done
+    echo "$was" >"$uring"
+  else
+    echo "=== ring: this kernel has no FUSE over io_uring ($uring)"
+    failed+=("ring")
+  fi
 fi
 if want shell; then
   for s in tests/shell/*.sh; do

@@ -71,6 +71,10 @@ fencefs options (-o NAME=VALUE, comma-separated):
                        or no member of that cluster serves the backing anymore)
     list_xattrs        list the user.fencefs.* attributes in listxattr (getfattr -d); off by
                        default: rsync -X would try to remove them on every file it copies
+    uring, uring=N     take requests through io_uring (FUSE over io_uring, Linux 6.14+) with
+                       N threads per CPU (default 4): a reply and the next request are one
+                       system call. Needs `echo Y > /sys/module/fuse/parameters/enable_uring`;
+                       without it (logged) requests come through /dev/fuse as by default
 
 A backing and a state directory are served by one daemon at a time: a second fencefs on
 either refuses to start (see `man fencefs`, "One daemon per backing").
@@ -150,6 +154,8 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"nonempty", offsetof(Args, nonempty), 1},
                            {"takeover", offsetof(Args, takeover), 1},
                            {"list_xattrs", offsetof(Args, list_xattrs), 1},
+                           {"uring=%s", offsetof(Args, uring), 0},
+                           {"uring", offsetof(Args, uring_flag), 1},
                            FUSE_OPT_KEY("-h", KEY_HELP),
                            FUSE_OPT_KEY("--help", KEY_HELP),
                            FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -410,6 +416,10 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   fopts.state_dir = state;
   fopts.mountpoint = mnt;
   fopts.list_xattrs = a.list_xattrs != 0;
+  if (a.uring_flag) fopts.uring = 4;
+  if (a.uring) fopts.uring = static_cast<int>(parse_u64(a.uring, "uring", 1, 64));
+  if (fopts.uring && copts.singlethread)
+    die("uring serves requests on threads of its own: not with -s");
   if (cluster_mode) {
     cluster_opts = cluster_options(a, backing, mnt, state);
     // Other members change BACKING behind this kernel's caches: none by default.

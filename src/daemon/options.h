@@ -40,6 +40,8 @@ struct Args {
   char* ack_timeout = nullptr;
   char* lease_ttl = nullptr;
   char* isolation = nullptr;
+  char* uring = nullptr;
+  int uring_flag = 0;
   int init = 0;
   int verbose = 0;
   int nonempty = 0;
@@ -57,7 +59,8 @@ struct Args {
     for (char* s :
          {state,      max_jump, issuers,   token_key,  floor,       timeout,   audit_max_bytes,
           audit_keep, log,      log_level, pidfile,    cluster,     etcd,      etcd_cacert,
-          etcd_cert,  etcd_key, member,    fence_hook, ack_timeout, lease_ttl, isolation})
+          etcd_cert,  etcd_key, member,    fence_hook, ack_timeout, lease_ttl, isolation,
+          uring})
       free(s);
   }
 };

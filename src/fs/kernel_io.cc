@@ -12,12 +12,18 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/log.h"
+#include "fs/ring.h"
 
 namespace fencefs::fs::kernel_io {
 namespace {
 
 std::atomic<uint64_t> init_unique{0};  // the INIT request whose reply gets the flag
 std::atomic<bool> accepted{false};
+constexpr uint32_t kOverIoUring = 1u << 9;  // FUSE_OVER_IO_URING (bit 41), in flags2
+std::atomic<bool> ring_wanted{false};       // the daemon asks for the rings
+std::atomic<bool> ring_offered{false};      // the kernel offered them at INIT
+
 std::atomic<fuse_session*> session{nullptr};
 thread_local bool kill_flag = false;
 
@@ -29,6 +35,8 @@ bool arg_of(const char* buf, size_t n, T* out) {
 }
 
 // What this thread will serve next: the kill flags of its request.
+}  // namespace
+
 void note_request(const char* buf, size_t n) {
   kill_flag = false;
   if (n < sizeof(fuse_in_header)) return;
@@ -61,6 +69,19 @@ void note_request(const char* buf, size_t n) {
       if (n < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof in.flags) break;
       std::memcpy(&in, buf + sizeof(fuse_in_header), offsetof(fuse_init_in, flags) + 4);
       if (in.flags & FUSE_HANDLE_KILLPRIV_V2) init_unique = h.unique;
+      if ((in.flags & FUSE_INIT_EXT) &&
+          n >= sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2) + sizeof in.flags2) {
+        std::memcpy(&in.flags2, buf + sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2),
+                    sizeof in.flags2);
+        ring_offered = (in.flags2 & kOverIoUring) != 0;
+        if (ring_offered && ring_wanted) init_unique = h.unique;
+      }
+      if (ring_wanted && !ring_offered) {
+        log::warn(
+            "uring: the kernel does not offer FUSE over io_uring (Linux 6.14+ with "
+            "/sys/module/fuse/parameters/enable_uring at Y): requests come through /dev/fuse");
+        ring::stop();
+      }
       break;
     }
     default:
@@ -68,31 +89,58 @@ void note_request(const char* buf, size_t n) {
   }
 }
 
+namespace {
+
 ssize_t io_read(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
   if (n > 0) note_request(static_cast<const char*>(buf), static_cast<size_t>(n));
   return n;
 }
 
+// The rings go once the kernel has INIT's reply (it refuses registrations before).
+void start_rings(int fd, const char* init_out, size_t len) {
+  fuse_init_out o{};
+  std::memcpy(&o, init_out, std::min(len, sizeof o));
+  ring::go(session.load(), fd, ring::payload_size(o.max_write, o.max_pages));
+}
+
 ssize_t io_writev(int fd, iovec* iov, int count, void*) {
+  if (ring::active() && count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
+    fuse_out_header oh;
+    std::memcpy(&oh, iov[0].iov_base, sizeof oh);
+    if (oh.unique != 0) {
+      ssize_t n = ring::reply(oh.unique, iov, count);
+      if (n >= 0) return n;
+    }
+  }
   uint64_t want = init_unique.load(std::memory_order_relaxed);
   if (want && count >= 2 && iov[0].iov_len == sizeof(fuse_out_header) &&
       iov[1].iov_len >= offsetof(fuse_init_out, flags) + sizeof(uint32_t)) {
     fuse_out_header oh;
     std::memcpy(&oh, iov[0].iov_base, sizeof oh);
     if (oh.unique == want && oh.error == 0) {
-      // libfuse keeps no record of the flag: a copy of its reply with the bit added.
+      // libfuse keeps no record of the flags: a copy of its reply with the bits added.
       char out[256];
       size_t len = iov[1].iov_len < sizeof out ? iov[1].iov_len : sizeof out;
       std::memcpy(out, iov[1].iov_base, len);
       uint32_t flags;
       std::memcpy(&flags, out + offsetof(fuse_init_out, flags), sizeof flags);
       flags |= FUSE_HANDLE_KILLPRIV_V2;
+      bool rings =
+          ring_wanted && ring_offered && len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t);
+      if (rings) {
+        flags |= FUSE_INIT_EXT;
+        uint32_t flags2;
+        std::memcpy(&flags2, out + offsetof(fuse_init_out, flags2), sizeof flags2);
+        flags2 |= kOverIoUring;
+        std::memcpy(out + offsetof(fuse_init_out, flags2), &flags2, sizeof flags2);
+      }
       std::memcpy(out + offsetof(fuse_init_out, flags), &flags, sizeof flags);
       iovec copy[2] = {iov[0], {out, len}};
       ssize_t n = ::writev(fd, copy, 2);
       if (n >= 0) accepted = true;
       init_unique = 0;
+      if (n >= 0 && rings) start_rings(fd, out, len);
       return n;
     }
   }
@@ -119,6 +167,19 @@ bool install(fuse_session* se, std::string* error) {
 }
 
 bool kill_suidgid() { return kill_flag; }
+
+void want_rings(int per_cpu) {
+  std::string why;
+  if (!ring::prepare(per_cpu, &why)) {
+    log::error("uring: {}: requests come through /dev/fuse", why);
+    return;
+  }
+  ring_wanted = true;
+}
+
+bool rings_offered() { return ring_wanted && ring_offered; }
+
+void end_rings() { ring::stop(); }
 
 bool killpriv_v2() { return accepted; }
 

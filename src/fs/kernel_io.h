@@ -17,6 +17,17 @@ namespace fencefs::fs::kernel_io {
 // with FUSE_HANDLE_KILLPRIV_V2 when the kernel offers it. False with *error if libfuse refused.
 bool install(fuse_session* se, std::string* error);
 
+// Notes what the request in buf asks of this thread (the kill flags), before it is served.
+void note_request(const char* buf, size_t n);
+
+// Asks for FUSE over io_uring at INIT (ring.h), per_cpu threads per CPU. On the main thread,
+// after the mount and before the session loop.
+void want_rings(int per_cpu);
+// Whether INIT will be answered with the rings (wanted and offered): known once op_init runs.
+bool rings_offered();
+// Ends the rings' threads once the session has ended.
+void end_rings();
+
 // Whether the kernel asked the daemon to clear set-user-ID and set-group-ID for the request this
 // thread is serving (libfuse serves a request on the thread that read it).
 bool kill_suidgid();

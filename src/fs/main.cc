@@ -267,7 +267,9 @@ int serve(fuse_session* se, bool singlethread) {
     common::own_thread_umask();  // the threads started before keep the daemon's umask (0)
     return fuse_session_loop(se);
   }
-  return fs::serve_workers(se, 16);
+  int r = fs::serve_workers(se, 16);
+  fs::kernel_io::end_rings();
+  return r;
 }
 
 // The command line into a and copts; an exit status when there is nothing to mount (help,
@@ -442,6 +444,7 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
+  if (fopts.uring > 0) fs::kernel_io::want_rings(fopts.uring);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.

@@ -2,6 +2,7 @@
 #include "fs/ops.h"
 
 #include "common/log.h"
+#include "fs/kernel_io.h"
 #include "fs/op_stats.h"
 
 namespace fencefs::fs {
@@ -20,8 +21,13 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   // Requests must be read, not spliced, for kernel_io to see their flags.
   conn->want &= ~FUSE_CAP_SPLICE_READ;
   if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC) conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
-  if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
-  if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  // A spliced reply goes to /dev/fuse, where the kernel does not look for a ring's request.
+  if (kernel_io::rings_offered()) {
+    conn->want &= ~(FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
+  } else {
+    if (conn->capable & FUSE_CAP_SPLICE_WRITE) conn->want |= FUSE_CAP_SPLICE_WRITE;
+    if (conn->capable & FUSE_CAP_SPLICE_MOVE) conn->want |= FUSE_CAP_SPLICE_MOVE;
+  }
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   // Creations get the caller's umask apart (caller_umask): a default ACL replaces it, as natively.
   if (conn->capable & FUSE_CAP_DONT_MASK) conn->want |= FUSE_CAP_DONT_MASK;

@@ -13,6 +13,7 @@
 #include "fs/fs.h"
 #include "fs/loop.h"
 #include "fs/op_stats.h"
+#include "fs/ring.h"
 
 namespace fencefs::fs {
 
@@ -214,6 +215,13 @@ std::string render_metrics(Fs& f) {
       "# HELP fencefs_fuse_workers_started Threads the request loop has started and not ended.\n"
       "# TYPE fencefs_fuse_workers_started gauge\nfencefs_fuse_workers_started {}\n",
       wc.reading, wc.busy, wc.parked, wc.started);
+  out += fmt::format(
+      "# HELP fencefs_fuse_ring_threads Threads serving FUSE over io_uring (0: every request "
+      "comes through /dev/fuse).\n"
+      "# TYPE fencefs_fuse_ring_threads gauge\nfencefs_fuse_ring_threads {}\n"
+      "# HELP fencefs_fuse_ring_requests_total Requests served through io_uring.\n"
+      "# TYPE fencefs_fuse_ring_requests_total counter\nfencefs_fuse_ring_requests_total {}\n",
+      ring::threads(), ring::served());
   out += op_stats::render();
   // Every series names its mount: the pages of several mounts can be merged into one scrape.
   return common::prom_with_label(out, "mount", f.opts().mountpoint);

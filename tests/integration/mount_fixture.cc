@@ -215,6 +215,13 @@ int Mount::try_mount(std::vector<std::string> extra) {
     args.push_back(FENCEFS_BIN);
     args.push_back("-f");
     args.insert(args.end(), extra.begin(), extra.end());
+    // Options every mount of the run gets (scripts/test.sh's io_uring pass), but -s mounts:
+    // a single-threaded daemon takes every request from /dev/fuse.
+    if (const char* all = getenv("FENCEFS_TEST_MOUNT_OPTS");
+        all && *all && std::find(extra.begin(), extra.end(), "-s") == extra.end()) {
+      std::istringstream words(all);
+      for (std::string w; words >> w;) args.push_back(w);
+    }
     args.push_back(backing_);
     args.push_back(mnt_);
     std::vector<char*> argv;

@@ -1,0 +1,419 @@
+#include "fs/ring.h"
+
+#include <liburing.h>
+#include <linux/fuse.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/umask.h"
+#include "fs/kernel_io.h"
+
+namespace fencefs::fs::ring {
+namespace {
+
+// The kernel's ABI (include/uapi/linux/fuse.h, 7.42): Debian 12's headers predate it.
+constexpr uint32_t kCmdRegister = 1;
+constexpr uint32_t kCmdCommitAndFetch = 2;
+struct EntInOut {
+  uint64_t flags;
+  uint64_t commit_id;
+  uint32_t payload_sz;
+  uint32_t padding;
+  uint64_t reserved;
+};
+struct ReqHeader {
+  char in_out[128];  // fuse_in_header on fetch, fuse_out_header on commit
+  char op_in[128];   // the opcode's fixed argument (in_args[0])
+  EntInOut ent;
+};
+struct CmdReq {
+  uint64_t flags;
+  uint64_t commit_id;
+  uint16_t qid;
+  uint8_t padding[6];
+};
+static_assert(sizeof(ReqHeader) == 288);
+
+// Room before the payload for the request header and the opcode's argument: libfuse reads a
+// request as one buffer, so they are copied in front of the payload the kernel wrote.
+constexpr size_t kPrefix = 256;
+constexpr uint64_t kWake = 1;  // user_data of the eventfd read (entries are pointers)
+
+struct Server;
+
+struct Entry {
+  Server* q = nullptr;
+  alignas(64) ReqHeader hdr{};
+  char* buf = nullptr;  // kPrefix + payload
+  iovec iov[2]{};
+  std::atomic<uint64_t> unique{0};  // the request it holds while a handler serves it
+  ~Entry() { free(buf); }
+};
+
+// One thread with its own io_uring and one entry of a CPU's queue. A thread serving a request
+// has no entry left waiting in the kernel, so the queue's next request goes to another thread
+// of the queue: a slow request (an advance's fdatasync, a slow backing) holds up only its own.
+struct Server {
+  int qid = 0;
+  io_uring ring{};
+  bool ring_up = false;
+  Entry ent;
+  pthread_t thread{};
+  bool started = false;
+  int efd = -1;
+  uint64_t efd_val = 0;
+  std::mutex mu;
+  // Replies made on other threads (an advance's completion), copied out: the entry's buffer
+  // still holds the request, which its handler may be reading until it returns.
+  std::vector<std::pair<Entry*, std::vector<char>>> to_commit;  // under mu
+  ~Server() {
+    if (ring_up) io_uring_queue_exit(&ring);
+    if (efd >= 0) close(efd);
+  }
+};
+
+fuse_session* g_se = nullptr;
+int g_fd = -1;
+size_t g_payload = 0;
+std::vector<std::unique_ptr<Server>> g_servers;
+std::atomic<bool> g_active{false}, g_stopping{false};
+// The threads wait for go() (the INIT reply accepted the rings) or stop().
+std::mutex g_mu;
+std::condition_variable g_cv;
+bool g_go = false;  // under g_mu
+std::atomic<int> g_threads{0};
+std::atomic<uint64_t> g_served{0};
+thread_local Entry* t_current = nullptr;  // the entry this queue thread is serving
+thread_local Server* t_server = nullptr;  // set on a server's own thread
+
+int possible_cpus() {
+  std::ifstream f("/sys/devices/system/cpu/possible");
+  std::string s;
+  if (!(f >> s)) return 0;
+  // "0", "0-1", "0-3,5": the kernel makes one queue per possible CPU id.
+  int last = -1;
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = s.find(',', i);
+    std::string part = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    size_t dash = part.find('-');
+    last = std::max(last, std::stoi(dash == std::string::npos ? part : part.substr(dash + 1)));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return last + 1;
+}
+
+io_uring_sqe* sqe_of(Server& q) {
+  io_uring_sqe* s = io_uring_get_sqe(&q.ring);
+  if (!s) {
+    io_uring_submit(&q.ring);
+    s = io_uring_get_sqe(&q.ring);
+  }
+  return s;
+}
+
+void prep_cmd(Server& q, Entry& e, uint32_t op, uint64_t commit_id) {
+  // A 128-byte slot (IORING_SETUP_SQE128): the command's 80 bytes follow the 48 of the header.
+  auto* slot = reinterpret_cast<char*>(sqe_of(q));
+  asm("" : "+r"(slot));  // the compiler sizes it as a 64-byte io_uring_sqe
+  std::memset(slot, 0, 128);
+  auto* s = reinterpret_cast<io_uring_sqe*>(slot);
+  s->opcode = IORING_OP_URING_CMD;
+  s->fd = g_fd;
+  s->cmd_op = op;
+  s->addr = reinterpret_cast<uint64_t>(e.iov);
+  s->len = 2;
+  CmdReq c{};
+  c.commit_id = commit_id;
+  c.qid = static_cast<uint16_t>(q.qid);
+  std::memcpy(slot + offsetof(io_uring_sqe, cmd), &c, sizeof c);
+  s->user_data = reinterpret_cast<uint64_t>(&e);
+}
+
+void arm_wake(Server& q) {
+  io_uring_sqe* s = sqe_of(q);
+  io_uring_prep_read(s, q.efd, &q.efd_val, sizeof q.efd_val, 0);
+  s->user_data = kWake;
+}
+
+void serve(Server& q, Entry& e) {
+  fuse_in_header in;
+  std::memcpy(&in, e.hdr.in_out, sizeof in);
+  size_t payload = e.hdr.ent.payload_sz;
+  if (in.len < sizeof in + payload || in.len - sizeof in - payload > sizeof e.hdr.op_in ||
+      payload > g_payload) {
+    log::error("a malformed request from the kernel's ring (opcode {}, length {}, payload {})",
+               in.opcode, in.len, payload);
+    fuse_out_header oh{sizeof(fuse_out_header), -EIO, in.unique};
+    std::memcpy(e.hdr.in_out, &oh, sizeof oh);
+    e.hdr.ent.payload_sz = 0;
+    prep_cmd(q, e, kCmdCommitAndFetch, in.unique);
+    return;
+  }
+  size_t op = in.len - sizeof in - payload;
+  char* start = e.buf + kPrefix - op - sizeof in;
+  std::memcpy(start, &in, sizeof in);
+  std::memcpy(start + sizeof in, e.hdr.op_in, op);
+  e.unique.store(in.unique, std::memory_order_release);
+  g_served.fetch_add(1, std::memory_order_relaxed);
+  t_current = &e;
+  kernel_io::note_request(start, in.len);
+  fuse_buf b{};
+  b.size = in.len;
+  b.mem = start;
+  fuse_session_process_buf(g_se, &b);
+  t_current = nullptr;
+}
+
+// Copies a reply (a fuse_out_header, then its arguments) into e's buffers for the kernel.
+void fill(Entry& e, const char* reply, size_t len) {
+  fuse_out_header oh;
+  std::memcpy(&oh, reply, sizeof oh);
+  size_t payload = len - sizeof oh;
+  if (payload > g_payload) {
+    oh.error = -EIO;
+    payload = 0;
+  }
+  std::memmove(e.buf + kPrefix, reply + sizeof oh, payload);
+  oh.len = static_cast<uint32_t>(sizeof oh + payload);
+  std::memcpy(e.hdr.in_out, &oh, sizeof oh);
+  e.hdr.ent.payload_sz = static_cast<uint32_t>(payload);
+}
+
+void drain(Server& q) {
+  std::vector<std::pair<Entry*, std::vector<char>>> ready;
+  {
+    std::lock_guard lk(q.mu);
+    ready.swap(q.to_commit);
+  }
+  for (auto& [e, reply] : ready) {
+    fill(*e, reply.data(), reply.size());
+    fuse_out_header oh;
+    std::memcpy(&oh, reply.data(), sizeof oh);
+    prep_cmd(q, *e, kCmdCommitAndFetch, oh.unique);
+  }
+}
+
+// Its own io_uring and entry, once the connection's payload size is known. False if the
+// thread cannot serve (said once).
+bool set_up(Server& q) {
+  static std::atomic<bool> said{false};
+  auto fail = [&](const std::string& what) {
+    if (!said.exchange(true)) log::error("cannot serve FUSE through io_uring: {}", what);
+    return false;
+  };
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SQE128;
+  if (int r = io_uring_queue_init_params(4, &q.ring, &p); r < 0)
+    return fail("io_uring_setup: " + common::errstr(-r));
+  q.ring_up = true;
+  q.efd = eventfd(0, EFD_CLOEXEC);
+  if (q.efd < 0) return fail("eventfd: " + common::errstr(errno));
+  Entry& e = q.ent;
+  e.q = &q;
+  e.buf = static_cast<char*>(aligned_alloc(4096, kPrefix + ((g_payload + 4095) & ~4095ul)));
+  if (!e.buf) return fail("out of memory for the ring buffers");
+  e.iov[0] = {&e.hdr, sizeof e.hdr};
+  e.iov[1] = {e.buf + kPrefix, g_payload};
+  return true;
+}
+
+void* run(void* arg) {
+  auto& q = *static_cast<Server*>(arg);
+  t_server = &q;
+  {
+    std::unique_lock lk(g_mu);
+    g_cv.wait(lk, [] { return g_go || g_stopping.load(); });
+    if (g_stopping.load()) return nullptr;
+  }
+  if (!set_up(q)) return nullptr;
+  // Started by the daemon's main thread, it shares the process's umask until it has its own.
+  common::own_thread_umask();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(q.qid, &set);
+  (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // locality only
+  g_threads++;
+  prep_cmd(q, q.ent, kCmdRegister, 0);
+  arm_wake(q);
+  bool live = true;
+  while (live) {
+    int r = io_uring_submit_and_wait(&q.ring, 1);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
+      log::error("FUSE ring {}: {}", q.qid, common::errstr(-r));
+      break;
+    }
+    io_uring_cqe* cqe;
+    while (live && io_uring_peek_cqe(&q.ring, &cqe) == 0) {
+      uint64_t ud = cqe->user_data;
+      int res = cqe->res;
+      io_uring_cqe_seen(&q.ring, cqe);
+      if (ud == kWake) {
+        live = !g_stopping.load();
+        drain(q);
+        if (live) arm_wake(q);
+      } else if (res < 0) {
+        // ENOTCONN, ECANCELED: the connection is going away.
+        if (res != -ENOTCONN && res != -ECANCELED)
+          log::error("FUSE ring {}: {}", q.qid, common::errstr(-res));
+        live = false;
+      } else {
+        serve(q, q.ent);
+      }
+    }
+  }
+  g_threads--;
+  return nullptr;
+}
+
+}  // namespace
+
+size_t payload_size(uint32_t max_write, uint32_t max_pages) {
+  size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return std::max<size_t>({8192, max_write, max_pages * page});
+}
+
+bool prepare(int per_cpu, std::string* why) {
+  int n = possible_cpus();
+  if (n <= 0) {
+    *why = "cannot read /sys/devices/system/cpu/possible";
+    return false;
+  }
+  for (int cpu = 0; cpu < n; cpu++) {
+    for (int k = 0; k < per_cpu; k++) {
+      g_servers.push_back(std::make_unique<Server>());
+      g_servers.back()->qid = cpu;
+    }
+  }
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  for (auto& q : g_servers) {
+    if (int err = pthread_create(&q->thread, nullptr, run, q.get()); err != 0) {
+      *why = "cannot start a thread: " + common::errstr(err);
+      break;
+    }
+    q->started = true;
+    pthread_setname_np(q->thread, "fencefs-ring");
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!why->empty()) stop();
+  return why->empty();
+}
+
+void go(fuse_session* se, int fd, size_t payload) {
+  if (g_servers.empty()) return;
+  g_se = se;
+  g_fd = fd;
+  g_payload = payload;
+  // Before the first thread registers: from then on a reply may be for a ring's request.
+  g_active = true;
+  {
+    std::lock_guard lk(g_mu);
+    g_go = true;
+  }
+  g_cv.notify_all();
+  log::info("serving FUSE through io_uring: {} threads ({} per CPU)", g_servers.size(),
+            g_servers.size() / static_cast<size_t>(possible_cpus()));
+}
+
+void stop() {
+  {
+    std::lock_guard lk(g_mu);
+    if (g_stopping.exchange(true)) return;
+  }
+  g_cv.notify_all();
+  for (auto& q : g_servers) {
+    uint64_t one = 1;
+    if (q->efd >= 0) (void)!write(q->efd, &one, sizeof one);
+  }
+  for (auto& q : g_servers)
+    if (q->started) pthread_join(q->thread, nullptr);
+  g_active = false;
+  // The servers stay: a late completion (an advance's) may still look for its entry.
+}
+
+bool active() { return g_active.load(std::memory_order_acquire); }
+
+int threads() { return g_threads.load(std::memory_order_relaxed); }
+
+uint64_t served() { return g_served.load(std::memory_order_relaxed); }
+
+ssize_t reply(uint64_t unique, const iovec* iov, int count) {
+  Entry* e = t_current;
+  if (!e || e->unique.load(std::memory_order_relaxed) != unique) {
+    e = nullptr;
+    for (auto& q : g_servers) {
+      Entry& x = q->ent;
+      if (x.unique.load(std::memory_order_acquire) == unique) {
+        e = &x;
+        break;
+      }
+    }
+    if (!e) return -1;
+  }
+  size_t total = 0;
+  bool inside = false;  // an argument points into the entry's buffer (part of the request)
+  const char* lo = e->buf;
+  const char* hi = e->buf + kPrefix + g_payload;
+  for (int i = 0; i < count; i++) {
+    total += iov[i].iov_len;
+    const char* p = static_cast<const char*>(iov[i].iov_base);
+    inside |= i > 0 && iov[i].iov_len > 0 && p < hi && p + iov[i].iov_len > lo;
+  }
+  if (total < sizeof(fuse_out_header)) return -1;
+  Server& q = *e->q;
+  bool own = t_server == &q && t_current == e;  // on the thread serving it, inside its handler
+  e->unique.store(0, std::memory_order_release);
+  if (own) t_current = nullptr;
+  if (own && !inside && total - sizeof(fuse_out_header) <= g_payload) {
+    char* p = e->buf + kPrefix;
+    for (int i = 1; i < count; i++) {
+      std::memcpy(p, iov[i].iov_base, iov[i].iov_len);
+      p += iov[i].iov_len;
+    }
+    fuse_out_header oh;
+    std::memcpy(&oh, iov[0].iov_base, sizeof oh);
+    oh.len = static_cast<uint32_t>(total);
+    std::memcpy(e->hdr.in_out, &oh, sizeof oh);
+    e->hdr.ent.payload_sz = static_cast<uint32_t>(total - sizeof oh);
+    prep_cmd(q, *e, kCmdCommitAndFetch, unique);
+    return static_cast<ssize_t>(total);
+  }
+  std::vector<char> whole;
+  whole.reserve(total);
+  for (int i = 0; i < count; i++) {
+    const char* p = static_cast<const char*>(iov[i].iov_base);
+    whole.insert(whole.end(), p, p + iov[i].iov_len);
+  }
+  if (own) {
+    fill(*e, whole.data(), whole.size());
+    prep_cmd(q, *e, kCmdCommitAndFetch, unique);
+  } else {
+    {
+      std::lock_guard lk(q.mu);
+      q.to_commit.emplace_back(e, std::move(whole));
+    }
+    uint64_t one = 1;
+    (void)!write(q.efd, &one, sizeof one);
+  }
+  return static_cast<ssize_t>(total);
+}
+
+}  // namespace fencefs::fs::ring

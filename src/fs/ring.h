@@ -1,0 +1,44 @@
+// FUSE over io_uring (Linux 6.14 and later, /sys/module/fuse/parameters/enable_uring): requests
+// come through one io_uring per CPU instead of read(2) on /dev/fuse, and a reply and the fetch of
+// the next request are one system call. libfuse 3.14 knows nothing of it: the daemon asks for it
+// in its INIT reply (kernel_io) and feeds the requests the rings deliver to libfuse as if read.
+// FORGET, INTERRUPT and notifications still go through /dev/fuse (the kernel's choice).
+#pragma once
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fencefs::fs::ring {
+
+// Payload bytes a ring entry must hold for this connection (the kernel refuses smaller).
+size_t payload_size(uint32_t max_write, uint32_t max_pages);
+
+// Starts per_cpu threads for each possible CPU's queue, waiting for go(). On the daemon's main
+// thread, before the session loop: a thread started by a FUSE worker would share that worker's
+// umask (common/umask.h). False with the reason if they could not start.
+bool prepare(int per_cpu, std::string* why);
+
+// The INIT reply accepted the rings: each thread registers one entry of `payload` bytes (the
+// kernel refuses registrations before the reply, and entries smaller than its payload size).
+// Requests come through /dev/fuse until every CPU's queue has an entry.
+void go(fuse_session* se, int fd, size_t payload);
+
+// Ends the threads (the kernel did not offer the rings, or the session has ended).
+void stop();
+
+// Whether the ring serves the request `unique`: its reply is then taken here (copied into the
+// entry's buffers and committed by the queue's thread). Returns the bytes taken, or -1 when the
+// request did not come through a ring (the caller writes the reply to /dev/fuse).
+ssize_t reply(uint64_t unique, const iovec* iov, int count);
+
+// Whether the rings were started.
+bool active();
+// Threads serving the rings, and requests they have served (metrics).
+int threads();
+uint64_t served();
+
+}  // namespace fencefs::fs::ring

@@ -1,0 +1,218 @@
+// FUSE over io_uring (-o uring, src/fs/ring.cc): requests come through the kernel's rings, are
+// fenced as through /dev/fuse, and one blocked inside the daemon holds up only its own thread.
+// The kernel offers the rings only with /sys/module/fuse/parameters/enable_uring at Y: set here
+// for the suite's duration (and put back), as an operator would.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "integration/mount_fixture.h"
+
+namespace fencefs::testing {
+namespace {
+
+constexpr const char* kParam = "/sys/module/fuse/parameters/enable_uring";
+
+class Ring : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    before_ = slurp(kParam);
+    spit(kParam, "Y\n");
+  }
+  static void TearDownTestSuite() {
+    if (!before_.empty()) spit(kParam, before_);
+  }
+  void SetUp() override {
+    ASSERT_EQ("Y\n", slurp(kParam)) << "this kernel has no FUSE over io_uring (Linux 6.14+)";
+  }
+  static std::string before_;
+};
+std::string Ring::before_;
+
+// Possible CPUs (the kernel makes a queue for each): "0-1" -> 2.
+int possible_cpus() {
+  std::string s = slurp("/sys/devices/system/cpu/possible");
+  size_t dash = s.rfind('-'), comma = s.rfind(',');
+  size_t from = std::max(dash == std::string::npos ? 0 : dash + 1,
+                         comma == std::string::npos ? 0 : comma + 1);
+  return std::stoi(s.substr(from)) + 1;
+}
+
+// Threads named `comm` of pid, and how many of them sleep in `wchan`.
+std::pair<int, int> threads(pid_t pid, const std::string& comm, const std::string& wchan) {
+  int all = 0, in = 0;
+  std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(task.c_str());
+  if (!d) return {-1, -1};
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string t = task + "/" + e->d_name;
+    if (slurp(t + "/comm") != comm + "\n") continue;
+    all++;
+    if (slurp(t + "/wchan") == wchan) in++;
+  }
+  closedir(d);
+  return {all, in};
+}
+
+TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
+  Mount m({"-o", "uring"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  const std::string mx = m.mnt() + "/.fencefs/metrics";
+  std::string text;
+  for (int t = 0; t < 100; t++) {  // every thread registers its entry once INIT is answered
+    text = slurp(mx);
+    if (metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"") ==
+        4LL * possible_cpus())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(std::string::npos, m.daemon_log().find("serving FUSE through io_uring"))
+      << m.daemon_log();
+  EXPECT_EQ(4LL * possible_cpus(),
+            metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\""))
+      << text;
+  long long before = metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\"");
+
+  // A legacy job's pattern, and 1 MiB in one write(2) and one read(2): the largest request and
+  // reply an entry carries.
+  std::string big(1 << 20, 'x');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>('a' + i / 4096 % 26);
+  ASSERT_EQ(0, as_job(m, 1, [&] {
+              for (int k = 0; k < 50; k++) {
+                std::string tmp = m.path("t" + std::to_string(k) + ".tmp");
+                int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+                if (fd < 0 || write(fd, "data", 4) != 4 || close(fd) != 0) return 1;
+                if (rename(tmp.c_str(), m.path("f" + std::to_string(k)).c_str()) != 0) return 2;
+              }
+              int fd = open(m.path("big").c_str(), O_RDWR | O_CREAT, 0644);
+              if (fd < 0) return 3;
+              if (pwrite(fd, big.data(), big.size(), 0) != static_cast<ssize_t>(big.size()))
+                return 4;
+              std::string back(big.size(), '\0');
+              if (pread(fd, back.data(), back.size(), 0) != static_cast<ssize_t>(back.size()))
+                return 5;
+              close(fd);
+              return back == big ? 0 : 6;
+            }));
+  EXPECT_EQ(big, slurp(m.bpath("big")));
+  EXPECT_EQ("data", slurp(m.bpath("f49")));
+  text = slurp(mx);
+  // Each job: LOOKUP, CREATE, WRITE, RELEASE, RENAME at least.
+  EXPECT_GE(metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\""),
+            before + 250)
+      << text;
+
+  // The fence holds on this path: a superseded holder changes nothing, missing tokens neither,
+  // and a later owner writes.
+  EXPECT_EQ(ESTALE, as_superseded_job(m, 1, [&] {
+              int fd = open(m.path("f0").c_str(), O_WRONLY | O_TRUNC);
+              return fd < 0 ? errno : E(write(fd, "old", 3));
+            }));
+  EXPECT_EQ(EPERM, as_job(m, 0, [&] { return E(unlink(m.path("f1").c_str())); }));
+  EXPECT_EQ(0, as_job(m, 2, [&] { return E(unlink(m.path("f1").c_str())); }));
+  EXPECT_EQ("data", slurp(m.bpath("f0")));
+  EXPECT_NE(0, access(m.bpath("f1").c_str(), F_OK));
+  // An advance through the ioctl is replied to from the journal's thread, not the ring's.
+  EXPECT_EQ(0, sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / 5"));
+  EXPECT_NE(0, as_job(m, 4, [&] { return E(unlink(m.path("f2").c_str())); }));
+  EXPECT_EQ(0, access(m.bpath("f2").c_str(), F_OK));
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
+  // As Workers.RequestsBlockedInTheDaemonDoNotHoldUpOthers: the journal on a bindfs mount whose
+  // daemon is stopped blocks the first advance in its write, and the next advances of the domain
+  // wait in their handlers for its lock. Every caller here runs on CPU 0, so every request goes
+  // to CPU 0's queue: three of its four threads blocked, the fourth serves the rest (with one
+  // thread per CPU, or one entry per CPU shared by a thread, the first advance would hold it).
+  std::string dir = temp_dir("ring");
+  ASSERT_FALSE(dir.empty());
+  std::string src = dir + "/src", bmnt = dir + "/bait";
+  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
+  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
+  pid_t bait = fork();
+  if (bait == 0) {
+    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  struct Undo {
+    pid_t bait;
+    std::string bmnt, dir;
+    ~Undo() {
+      kill(bait, SIGCONT);
+      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
+      kill(bait, SIGTERM);
+      waitpid(bait, nullptr, 0);
+      untrack_mount(bmnt);
+      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
+    }
+  } undo{bait, bmnt, dir};
+  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
+  track_mount(bmnt);
+  Mount m({"-o", "uring", "-o", "state=" + bmnt + "/s"});
+  std::vector<pid_t> stuck;
+  struct Resume {
+    pid_t bait;
+    std::vector<pid_t>& stuck;
+    ~Resume() {
+      kill(bait, SIGCONT);
+      for (pid_t p : stuck) waitpid(p, nullptr, 0);
+    }
+  } resume{bait, stuck};
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
+  ASSERT_TRUE(freeze(bait));
+  for (int k = 1; k <= 3; k++) {
+    pid_t left = -1;
+    std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
+                      "' / " + std::to_string(k) + " >/dev/null 2>&1";
+    EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
+    if (left > 0) stuck.push_back(left);
+  }
+  // The three later advances hold three ring threads (waiting for the domain's lock).
+  auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
+  EXPECT_EQ(4LL * possible_cpus(), ring_threads);
+  EXPECT_EQ(ring_threads - 3, idle);
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
+                               10000, &left))
+      << "a request from CPU 0 waited behind the three blocked on CPU 0's queue";
+  if (left > 0) stuck.push_back(left);
+  kill(bait, SIGCONT);
+  for (pid_t p : stuck) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    // 201: a lower token's advance that got the lock after a higher one (ESTALE).
+    EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
+  }
+  stuck.clear();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+TEST_F(Ring, WithoutTheKernelsRingsRequestsComeThroughDevFuse) {
+  spit(kParam, "N\n");
+  Mount m({"-o", "uring"});
+  spit(kParam, "Y\n");
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_EQ(0, metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"")) << text;
+  EXPECT_NE(std::string::npos, m.daemon_log().find("does not offer FUSE over io_uring"))
+      << m.daemon_log();
+  EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+}  // namespace
+}  // namespace fencefs::testing
