@@ -25,7 +25,7 @@ SHORT = {"raw": "raw", "passthrough_ll": "pt_ll", "passthrough_ll_dp": "pt_ll_dp
 # Rows computed from two others: key -> (numerator, denominator), medians.
 DERIVED = {"adv_ratio": ("adv_d16", "adv_d1"), "cpu_per_req_t1": ("cpu_legacy_t1", "req_legacy_t1")}
 # Configuration keys that may differ between two runs still compared run to run.
-NOT_CONFIG = {"setup", "fencefs_binary"}
+NOT_CONFIG = {"setup", "fencefs_binary", "fencefs_options"}
 
 # key, section, label, unit, better ("higher"/"lower"), target kind
 ROWS = [
@@ -324,7 +324,12 @@ def main():
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
               "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
               "at least 1.0x every measured overlay (raw is the ceiling, not a contender). "
-              "For µs, bytes, KiB, s, req/job and req/write, lower is better.")
+              "For µs, bytes, KiB, s, req/job and req/write, lower is better. "
+              + ("fencefs ran with `" + config["fencefs_options"] + "`"
+                 + (" (FUSE over io_uring; the kernel's enable_uring was set to Y for the run, "
+                    "which no other daemon here asks for)" if "uring" in config["fencefs_options"]
+                    else "") + "."
+                 if config.get("fencefs_options") else "fencefs ran with its default options."))
     md.append("")
     md.append(md_row(head))
     md.append("|" + "|".join("---:" if i in numeric else "---" for i in range(len(head))) + "|")
@@ -357,7 +362,11 @@ def main():
     else:
         md.append(f"Change of every median since the previous run with the same configuration "
                   f"(`{os.path.basename(prev_path)}`, {previous.get('machine', {}).get('date', '?')}): "
-                  "(this ÷ previous − 1).")
+                  "(this ÷ previous − 1)."
+                  + (f" fencefs' options then: `{previous.get('config', {}).get('fencefs_options') or 'none'}`"
+                     f", now: `{config.get('fencefs_options') or 'none'}`."
+                     if previous.get("config", {}).get("fencefs_options", "")
+                     != config.get("fencefs_options", "") else ""))
         md.append("")
         md.append(md_row(["workload"] + selected))
         md.append("|---|" + "|".join("---:" for _ in selected) + "|")
@@ -397,7 +406,8 @@ def main():
         "- mergerfs (Debian's package): `mergerfs -f -o minfreespace=16M BACKING MNT` (one branch; "
         "the lowered minfreespace only lets it create files on the tmpfs: its default 4G refuses).\n"
         "- bindfs (Debian's package): `bindfs -f BACKING MNT` (default options).\n"
-        "- fencefs: `build/fencefs -f BACKING MNT`; every workload runs under "
+        "- fencefs: `build/fencefs -f " + (config.get("fencefs_options", "") + " " if config.get("fencefs_options") else "")
+        + "BACKING MNT`; every workload runs under "
         "`fencectl run --mount MNT --domain / --token 1 --` (a bound token).\n"
         f"- fio: psync, buffered, time-based {config.get('fio_runtime_s', '?')} s per job on a "
         f"{config.get('fio_size', '?')} file (seq write 1 MiB → MB/s; random write/read 4 KiB → IOPS; "

@@ -28,6 +28,9 @@
 #   BENCH_SKIP_SETUP [0]          1 = do not run scripts/setup.sh (use the existing build/)
 #   BENCH_TIMEOUT [600]           seconds before any single workload command is abandoned
 #   BENCH_FENCEFS, BENCH_FENCECTL [build/fencefs, build/fencectl]  binaries to benchmark
+#   BENCH_FENCEFS_OPTS [auto]     options every fencefs mount here gets; auto: "-o uring" where
+#                                 the kernel has FUSE over io_uring (its enable_uring is set to Y
+#                                 for the run and put back), else none
 #   BENCH_JOURNAL_BENCH [build/bench/journal_bench]  journal helper (built with the library it times)
 # The workload programs (bench/*.c, bench/journal_bench.cc) are CMake targets (FENCEFS_BUILD_BENCH)
 # built into build/bench/; only libfuse's examples (passthrough_ll, and passthrough_hp where Debian
@@ -191,6 +194,7 @@ cleanup() {
   done
   for m in "${TMPFS[@]}"; do is_mounted "$m" && umount -l "$m"; done
   if [ -n "${TI:-}" ] && [ -d "$TI" ]; then echo 0 >"$TI/events/fuse/fuse_request_send/enable"; rmdir "$TI"; fi
+  if [ -n "${URING_WAS:-}" ]; then echo "$URING_WAS" >"$URING_PARAM"; fi
   # Remove the work dirs only when nothing is mounted below them any more.
   local d
   for d in "$W" "$J"; do
@@ -236,6 +240,20 @@ start_overlay() {
   wait_mount "$m" "$DPID" || { log "$c did not mount: $(tail -3 "$lg")"; stop_fs "$m" "$DPID"; return 1; }
 }
 
+# fencefs' options for every mount here. The kernel's switch for FUSE over io_uring is global:
+# the other daemons never ask for the rings, so it changes nothing for them.
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+FF_OPTS=${BENCH_FENCEFS_OPTS-auto}
+if [ "$FF_OPTS" = auto ]; then
+  FF_OPTS=""
+  if [ -w "$URING_PARAM" ]; then
+    URING_WAS=$(cat "$URING_PARAM")
+    echo Y >"$URING_PARAM"
+    FF_OPTS="-o uring"
+  fi
+fi
+read -r -a FF_ARGS <<<"$FF_OPTS"
+
 # start_ff BACKING MNT: sets DPID. Retries with --init when the binary asks for it.
 FF_LOG=$T/fencefs.log   # on tmpfs: the daemon's own logging must not wait on the disk
 : >"$FF_LOG"
@@ -244,13 +262,13 @@ start_ff() {
   mkdir -p "$m"
   local before
   before=$(wc -c <"$FF_LOG")
-  "$FENCEFS" -f "$b" "$m" >>"$FF_LOG" 2>&1 &
+  "$FENCEFS" -f "${FF_ARGS[@]}" "$b" "$m" >>"$FF_LOG" 2>&1 &
   DPID=$!
   DPIDS+=("$DPID"); MOUNTS+=("$m")
   wait_mount "$m" "$DPID" && return 0
   stop_fs "$m" "$DPID"
   if tail -c +"$((before + 1))" "$FF_LOG" | grep -q -- '--init'; then
-    "$FENCEFS" -f --init "$b" "$m" >>"$FF_LOG" 2>&1 &
+    "$FENCEFS" -f --init "${FF_ARGS[@]}" "$b" "$m" >>"$FF_LOG" 2>&1 &
     DPID=$!
     DPIDS+=("$DPID")
     wait_mount "$m" "$DPID" && return 0
@@ -855,7 +873,7 @@ python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
   "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
-  "setup=$SETUP_STATUS" "fencefs_binary=$FENCEFS"
+  "setup=$SETUP_STATUS" "fencefs_binary=$FENCEFS" "fencefs_options=$FF_OPTS"
 cp "$OUT/latest.md" "$OUT/$stamp.md"
 cp "$OUT/latest.json" "$OUT/$stamp.json"
 log "wrote $OUT/latest.md, $OUT/latest.json (and $stamp.*)"
