@@ -50,8 +50,9 @@ struct CmdReq {
 static_assert(sizeof(ReqHeader) == 288);
 
 // Room before the payload for the request header and the opcode's argument: libfuse reads a
-// request as one buffer, so they are copied in front of the payload the kernel wrote.
-constexpr size_t kPrefix = 256;
+// request as one buffer, so they are copied in front of the payload the kernel wrote. A page,
+// so that the payload starts on one.
+constexpr size_t kPrefix = 4096;
 constexpr uint64_t kWake = 1;  // user_data of the eventfd read (entries are pointers)
 
 struct Server;
@@ -227,7 +228,8 @@ bool set_up(Server& q) {
   if (q.efd < 0) return fail("eventfd: " + common::errstr(errno));
   Entry& e = q.ent;
   e.q = &q;
-  e.buf = static_cast<char*>(aligned_alloc(4096, kPrefix + ((g_payload + 4095) & ~4095ul)));
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  e.buf = static_cast<char*>(aligned_alloc(kPrefix, kPrefix + ((g_payload + 4095) & ~4095ul)));
   if (!e.buf) return fail("out of memory for the ring buffers");
   e.iov[0] = {&e.hdr, sizeof e.hdr};
   e.iov[1] = {e.buf + kPrefix, g_payload};
