@@ -98,26 +98,29 @@ std::mutex g_mu;
 std::condition_variable g_cv;
 bool g_go = false;  // under g_mu
 std::atomic<int> g_threads{0};
+int g_per_cpu = 0;
 std::atomic<uint64_t> g_served{0};
 thread_local Entry* t_current = nullptr;  // the entry this queue thread is serving
 thread_local Server* t_server = nullptr;  // set on a server's own thread
 
-int possible_cpus() {
-  std::ifstream f("/sys/devices/system/cpu/possible");
+// The CPU ids of a sysfs list ("0", "0-1", "0-3,5"); empty if unreadable.
+std::vector<int> cpu_list(const char* path) {
+  std::ifstream f(path);
   std::string s;
-  if (!(f >> s)) return 0;
-  // "0", "0-1", "0-3,5": the kernel makes one queue per possible CPU id.
-  int last = -1;
+  std::vector<int> ids;
+  if (!(f >> s)) return ids;
   size_t i = 0;
   while (i < s.size()) {
     size_t j = s.find(',', i);
     std::string part = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
     size_t dash = part.find('-');
-    last = std::max(last, std::stoi(dash == std::string::npos ? part : part.substr(dash + 1)));
+    int lo = std::stoi(part),
+        hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; c++) ids.push_back(c);
     if (j == std::string::npos) break;
     i = j + 1;
   }
-  return last + 1;
+  return ids;
 }
 
 io_uring_sqe* sqe_of(Server& q) {
@@ -292,17 +295,22 @@ size_t payload_size(uint32_t max_write, uint32_t max_pages) {
 }
 
 bool prepare(int per_cpu, std::string* why) {
-  int n = possible_cpus();
-  if (n <= 0) {
+  // The kernel makes a queue for every possible CPU and uses the rings once each has an entry;
+  // a CPU not online (a hotplug slot) runs no caller: one thread there.
+  std::vector<int> possible = cpu_list("/sys/devices/system/cpu/possible");
+  std::vector<int> online = cpu_list("/sys/devices/system/cpu/online");
+  if (possible.empty()) {
     *why = "cannot read /sys/devices/system/cpu/possible";
     return false;
   }
-  for (int cpu = 0; cpu < n; cpu++) {
-    for (int k = 0; k < per_cpu; k++) {
+  for (int cpu : possible) {
+    bool on = std::find(online.begin(), online.end(), cpu) != online.end() || online.empty();
+    for (int k = 0; k < (on ? per_cpu : 1); k++) {
       g_servers.push_back(std::make_unique<Server>());
       g_servers.back()->qid = cpu;
     }
   }
+  g_per_cpu = per_cpu;
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -331,8 +339,8 @@ void go(fuse_session* se, int fd, size_t payload) {
     g_go = true;
   }
   g_cv.notify_all();
-  log::info("serving FUSE through io_uring: {} threads ({} per CPU)", g_servers.size(),
-            g_servers.size() / static_cast<size_t>(possible_cpus()));
+  log::info("serving FUSE through io_uring: {} threads ({} per online CPU)", g_servers.size(),
+            g_per_cpu);
 }
 
 void stop() {

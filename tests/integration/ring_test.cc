@@ -9,8 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "integration/mount_fixture.h"
@@ -36,13 +38,27 @@ class Ring : public ::testing::Test {
 };
 std::string Ring::before_;
 
-// Possible CPUs (the kernel makes a queue for each): "0-1" -> 2.
-int possible_cpus() {
-  std::string s = slurp("/sys/devices/system/cpu/possible");
-  size_t dash = s.rfind('-'), comma = s.rfind(',');
-  size_t from = std::max(dash == std::string::npos ? 0 : dash + 1,
-                         comma == std::string::npos ? 0 : comma + 1);
-  return std::stoi(s.substr(from)) + 1;
+// CPU ids in a sysfs list ("0-1,4").
+std::vector<int> cpus(const std::string& path) {
+  std::vector<int> ids;
+  std::stringstream in(slurp(path));
+  for (std::string part; std::getline(in, part, ',');) {
+    size_t dash = part.find('-');
+    int lo = std::stoi(part),
+        hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+    for (int c = lo; c <= hi; c++) ids.push_back(c);
+  }
+  return ids;
+}
+
+// Ring threads for per_cpu: per_cpu on each online CPU, one on each possible CPU not online
+// (the kernel wants an entry on every possible CPU's queue).
+long long ring_threads_for(int per_cpu) {
+  std::vector<int> possible = cpus("/sys/devices/system/cpu/possible");
+  std::vector<int> online = cpus("/sys/devices/system/cpu/online");
+  long long n = 0;
+  for (int c : possible) n += std::count(online.begin(), online.end(), c) ? per_cpu : 1;
+  return n;
 }
 
 // Threads named `comm` of pid, and how many of them sleep in `wchan`.
@@ -70,13 +86,13 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   for (int t = 0; t < 100; t++) {  // every thread registers its entry once INIT is answered
     text = slurp(mx);
     if (metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"") ==
-        4LL * possible_cpus())
+        ring_threads_for(4))
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_NE(std::string::npos, m.daemon_log().find("serving FUSE through io_uring"))
       << m.daemon_log();
-  EXPECT_EQ(4LL * possible_cpus(),
+  EXPECT_EQ(ring_threads_for(4),
             metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\""))
       << text;
   long long before = metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\"");
@@ -181,7 +197,7 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   }
   // The three later advances hold three ring threads (waiting for the domain's lock).
   auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
-  EXPECT_EQ(4LL * possible_cpus(), ring_threads);
+  EXPECT_EQ(ring_threads_for(4), ring_threads);
   EXPECT_EQ(ring_threads - 3, idle);
   pid_t left = -1;
   EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
