@@ -444,7 +444,7 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  if (fopts.uring > 0) fs::kernel_io::want_rings(fopts.uring);
+  if (fopts.uring != 0) fs::kernel_io::want_rings(fopts.uring);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.

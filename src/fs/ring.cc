@@ -53,7 +53,10 @@ static_assert(sizeof(ReqHeader) == 288);
 // request as one buffer, so they are copied in front of the payload the kernel wrote. A page,
 // so that the payload starts on one.
 constexpr size_t kPrefix = 4096;
-constexpr uint64_t kWake = 1;  // user_data of the eventfd read (entries are pointers)
+constexpr uint64_t kWake = 1;
+// Threads in all by default, as many as the /dev/fuse loop may run (fs/loop.cc): a request whose
+// reply waits (an advance's fdatasync) keeps its thread's entry until then.
+constexpr int kDefaultThreads = 16;  // user_data of the eventfd read (entries are pointers)
 
 struct Server;
 
@@ -302,6 +305,10 @@ bool prepare(int per_cpu, std::string* why) {
   if (possible.empty()) {
     *why = "cannot read /sys/devices/system/cpu/possible";
     return false;
+  }
+  if (per_cpu <= 0) {
+    int n = std::max<int>(1, static_cast<int>(online.size()));
+    per_cpu = std::max(2, (kDefaultThreads + n - 1) / n);
   }
   for (int cpu : possible) {
     bool on = std::find(online.begin(), online.end(), cpu) != online.end() || online.empty();

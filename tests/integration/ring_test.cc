@@ -52,10 +52,13 @@ std::vector<int> cpus(const std::string& path) {
 }
 
 // Ring threads for per_cpu: per_cpu on each online CPU, one on each possible CPU not online
-// (the kernel wants an entry on every possible CPU's queue).
+// (the kernel wants an entry on every possible CPU's queue). 0: the default, 16 in all, at
+// least 2 per online CPU.
 long long ring_threads_for(int per_cpu) {
   std::vector<int> possible = cpus("/sys/devices/system/cpu/possible");
   std::vector<int> online = cpus("/sys/devices/system/cpu/online");
+  const int n_online = static_cast<int>(online.size());
+  if (per_cpu == 0) per_cpu = std::max(2, (16 + n_online - 1) / n_online);
   long long n = 0;
   for (int c : possible) n += std::count(online.begin(), online.end(), c) ? per_cpu : 1;
   return n;
@@ -86,13 +89,13 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   for (int t = 0; t < 100; t++) {  // every thread registers its entry once INIT is answered
     text = slurp(mx);
     if (metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"") ==
-        ring_threads_for(4))
+        ring_threads_for(0))
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_NE(std::string::npos, m.daemon_log().find("serving FUSE through io_uring"))
       << m.daemon_log();
-  EXPECT_EQ(ring_threads_for(4),
+  EXPECT_EQ(ring_threads_for(0),
             metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\""))
       << text;
   long long before = metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\"");
@@ -175,7 +178,7 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   } undo{bait, bmnt, dir};
   ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
   track_mount(bmnt);
-  Mount m({"-o", "uring", "-o", "state=" + bmnt + "/s"});
+  Mount m({"-o", "uring=4", "-o", "state=" + bmnt + "/s"});
   std::vector<pid_t> stuck;
   struct Resume {
     pid_t bait;
@@ -197,7 +200,7 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   }
   // The three later advances hold three ring threads (waiting for the domain's lock).
   auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
-  EXPECT_EQ(ring_threads_for(4), ring_threads);
+  EXPECT_EQ(ring_threads_for(4), ring_threads);  // uring=4
   EXPECT_EQ(ring_threads - 3, idle);
   pid_t left = -1;
   EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
