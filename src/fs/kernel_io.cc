@@ -97,13 +97,6 @@ ssize_t io_read(int fd, void* buf, size_t len, void*) {
   return n;
 }
 
-// The rings go once the kernel has INIT's reply (it refuses registrations before).
-void start_rings(int fd, const char* init_out, size_t len) {
-  fuse_init_out o{};
-  std::memcpy(&o, init_out, std::min(len, sizeof o));
-  ring::go(session.load(), fd, ring::payload_size(o.max_write, o.max_pages));
-}
-
 ssize_t io_writev(int fd, iovec* iov, int count, void*) {
   if (ring::active() && count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     fuse_out_header oh;
@@ -129,6 +122,13 @@ ssize_t io_writev(int fd, iovec* iov, int count, void*) {
       bool rings =
           ring_wanted && ring_offered && len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t);
       if (rings) {
+        fuse_init_out o{};
+        std::memcpy(&o, out, std::min(len, sizeof o));
+        std::string why;
+        rings = ring::arm(ring::payload_size(o.max_write, o.max_pages), &why);
+        if (!rings) log::error("uring: {}: requests come through /dev/fuse", why);
+      }
+      if (rings) {
         flags |= FUSE_INIT_EXT;
         uint32_t flags2;
         std::memcpy(&flags2, out + offsetof(fuse_init_out, flags2), sizeof flags2);
@@ -140,7 +140,12 @@ ssize_t io_writev(int fd, iovec* iov, int count, void*) {
       ssize_t n = ::writev(fd, copy, 2);
       if (n >= 0) accepted = true;
       init_unique = 0;
-      if (n >= 0 && rings) start_rings(fd, out, len);
+      if (rings) {
+        if (n >= 0)
+          ring::go(session.load(), fd);
+        else
+          ring::stop();
+      }
       return n;
     }
   }

@@ -66,6 +66,9 @@ struct Entry {
   char* buf = nullptr;  // kPrefix + payload
   iovec iov[2]{};
   std::atomic<uint64_t> unique{0};  // the request it holds while a handler serves it
+  Entry() = default;
+  Entry(const Entry&) = delete;
+  Entry& operator=(const Entry&) = delete;
   ~Entry() { free(buf); }
 };
 
@@ -89,6 +92,9 @@ struct Server {
     if (ring_up) io_uring_queue_exit(&ring);
     if (efd >= 0) close(efd);
   }
+  Server() = default;
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
 };
 
 fuse_session* g_se = nullptr;
@@ -217,29 +223,33 @@ void drain(Server& q) {
   }
 }
 
-// Its own io_uring and entry, once the connection's payload size is known. False if the
-// thread cannot serve (said once).
-bool set_up(Server& q) {
-  static std::atomic<bool> said{false};
-  auto fail = [&](const std::string& what) {
-    if (!said.exchange(true)) log::error("cannot serve FUSE through io_uring: {}", what);
-    return false;
-  };
+// A server's io_uring, eventfd and entry buffer, made before the INIT reply asks for the rings:
+// once it has, the kernel holds every request until each CPU's queue has an entry. "" or why not.
+std::string set_up(Server& q) {
   io_uring_params p{};
   p.flags = IORING_SETUP_SQE128;
   if (int r = io_uring_queue_init_params(4, &q.ring, &p); r < 0)
-    return fail("io_uring_setup: " + common::errstr(-r));
+    return "io_uring_setup: " + common::errstr(-r);
   q.ring_up = true;
   q.efd = eventfd(0, EFD_CLOEXEC);
-  if (q.efd < 0) return fail("eventfd: " + common::errstr(errno));
+  if (q.efd < 0) return "eventfd: " + common::errstr(errno);
   Entry& e = q.ent;
   e.q = &q;
   // aligned_alloc wants a size that is a multiple of the alignment.
   e.buf = static_cast<char*>(aligned_alloc(kPrefix, kPrefix + ((g_payload + 4095) & ~4095ul)));
-  if (!e.buf) return fail("out of memory for the ring buffers");
+  if (!e.buf) return "out of memory for the ring buffers";
   e.iov[0] = {&e.hdr, sizeof e.hdr};
   e.iov[1] = {e.buf + kPrefix, g_payload};
-  return true;
+  return "";
+}
+
+void tear_down(Server& q) {
+  if (q.ring_up) io_uring_queue_exit(&q.ring);
+  q.ring_up = false;
+  if (q.efd >= 0) close(q.efd);
+  q.efd = -1;
+  free(q.ent.buf);
+  q.ent.buf = nullptr;
 }
 
 void* run(void* arg) {
@@ -250,7 +260,6 @@ void* run(void* arg) {
     g_cv.wait(lk, [] { return g_go || g_stopping.load(); });
     if (g_stopping.load()) return nullptr;
   }
-  if (!set_up(q)) return nullptr;
   // Started by the daemon's main thread, it shares the process's umask until it has its own.
   common::own_thread_umask();
   cpu_set_t set;
@@ -334,11 +343,26 @@ bool prepare(int per_cpu, std::string* why) {
   return why->empty();
 }
 
-void go(fuse_session* se, int fd, size_t payload) {
-  if (g_servers.empty()) return;
+bool arm(size_t payload, std::string* why) {
+  if (g_servers.empty()) {
+    *why = "no ring threads";
+    return false;
+  }
+  g_payload = payload;
+  for (auto& q : g_servers) {
+    *why = set_up(*q);
+    if (!why->empty()) break;
+  }
+  if (why->empty()) return true;
+  for (auto& q : g_servers) tear_down(*q);
+  stop();
+  return false;
+}
+
+void go(fuse_session* se, int fd) {
+  if (g_servers.empty() || !g_servers.front()->ring_up) return;
   g_se = se;
   g_fd = fd;
-  g_payload = payload;
   // Before the first thread registers: from then on a reply may be for a ring's request.
   g_active = true;
   {

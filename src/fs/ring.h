@@ -23,10 +23,14 @@ size_t payload_size(uint32_t max_write, uint32_t max_pages);
 // umask (common/umask.h). False with the reason if they could not start.
 bool prepare(int per_cpu, std::string* why);
 
-// The INIT reply accepted the rings: each thread registers one entry of `payload` bytes (the
-// kernel refuses registrations before the reply, and entries smaller than its payload size).
-// Requests come through /dev/fuse until every CPU's queue has an entry.
-void go(fuse_session* se, int fd, size_t payload);
+// Before the INIT reply asks for the rings: each thread's io_uring and entry of `payload` bytes
+// (the kernel refuses entries smaller than its payload size). Once the reply has asked, the
+// kernel holds every request until each CPU's queue has an entry: the rings are asked for only
+// when this succeeded. False with the reason (the threads then end).
+bool arm(size_t payload, std::string* why);
+
+// The INIT reply reached the kernel (it refuses registrations before): each thread registers.
+void go(fuse_session* se, int fd);
 
 // Ends the threads (the kernel did not offer the rings, or the session has ended).
 void stop();

@@ -233,5 +233,34 @@ TEST_F(Ring, WithoutTheKernelsRingsRequestsComeThroughDevFuse) {
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
+// The daemon asks for the rings only once it has made them: after an INIT reply that asked, the
+// kernel holds every request until each CPU's queue has an entry.
+TEST_F(Ring, ADaemonThatCannotMakeItsRingsServesThroughDevFuse) {
+  const std::string sysctl = "/proc/sys/kernel/io_uring_disabled";
+  std::string was = slurp(sysctl);
+  ASSERT_FALSE(was.empty());
+  struct Restore {
+    std::string path, value;
+    ~Restore() { spit(path, value); }
+  } restore{sysctl, was};
+  spit(sysctl, "2\n");  // io_uring_setup(2) fails with EPERM
+  Mount m({"-o", "uring"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within("ls -a '" + m.mnt() + "' >/dev/null", 10000, &left))
+      << "requests held by the kernel for rings that never came";
+  spit(sysctl, was);
+  if (left > 0) {
+    m.kill9();
+    waitpid(left, nullptr, 0);
+    return;
+  }
+  EXPECT_NE(std::string::npos, m.daemon_log().find("io_uring_setup")) << m.daemon_log();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_EQ(0, metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"")) << text;
+  EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
 }  // namespace
 }  // namespace fencefs::testing
