@@ -267,9 +267,7 @@ int serve(fuse_session* se, bool singlethread) {
     common::own_thread_umask();  // the threads started before keep the daemon's umask (0)
     return fuse_session_loop(se);
   }
-  int r = fs::serve_workers(se, 16);
-  fs::kernel_io::end_rings();
-  return r;
+  return fs::serve_workers(se, 16);
 }
 
 // The command line into a and copts; an exit status when there is nothing to mount (help,
@@ -444,7 +442,6 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  if (fopts.uring != 0) fs::kernel_io::want_rings(fopts.uring);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
@@ -459,11 +456,15 @@ int main(int argc, char* argv[]) {
     log::warn("cannot start the journal's committer thread: {}", common::errstr(err));
   if (cluster) cluster->start();
   fs::drop_resource_override();  // before the workers start: they inherit it
+  // The ring threads: after the detach (a fork keeps only the forking thread) and the drop, on
+  // this thread (a FUSE worker would pass them its umask), before the loop reads INIT.
+  if (fopts.uring != 0) fs::kernel_io::want_rings(fopts.uring);
   filesystem.pagecache.start(se);
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
-  fence.quiesce();  // advances replied to from the journal's thread need the session
+  fence.quiesce();             // advances replied to from the journal's thread need the session
+  fs::kernel_io::end_rings();  // after them: their replies go through the rings
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);

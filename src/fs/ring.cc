@@ -295,6 +295,7 @@ void* run(void* arg) {
       }
     }
   }
+  io_uring_submit(&q.ring);  // replies drained at the end (stop() follows the last completions)
   g_threads--;
   return nullptr;
 }

@@ -233,6 +233,96 @@ TEST_F(Ring, WithoutTheKernelsRingsRequestsComeThroughDevFuse) {
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
+// Started the way fstab and mount(8) start it, without -f: the daemon forks to detach, and a
+// fork keeps only the thread that forked. The rings' threads are started after it.
+TEST_F(Ring, ADetachedDaemonServesThroughItsRings) {
+  std::string dir = temp_dir("ringbg");
+  ASSERT_FALSE(dir.empty());
+  std::string b = dir + "/b", mnt = dir + "/m", log = dir + "/d.log", pidf = dir + "/pid";
+  ASSERT_EQ(0, mkdir(b.c_str(), 0755));
+  ASSERT_EQ(0, mkdir(mnt.c_str(), 0755));
+  ASSERT_EQ(0, sh(std::string(FENCEFS_BIN) + " --init -o uring,log=" + log + ",pidfile=" + pidf +
+                  " " + b + " " + mnt));
+  track_mount(mnt);
+  struct Undo {
+    std::string mnt, dir;
+    ~Undo() {
+      sh("fusermount3 -u -z '" + mnt + "' 2>/dev/null");
+      untrack_mount(mnt);
+      sh("rm -rf '" + dir + "'");
+    }
+  } undo{mnt, dir};
+  ASSERT_TRUE(is_mounted(mnt));
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within(
+                   "stat '" + mnt + "' >/dev/null && cat '" + mnt + "/.fencefs/metrics' >/dev/null",
+                   10000, &left))
+      << slurp(log);
+  if (left > 0) {
+    sh("fusermount3 -u -z '" + mnt + "'");
+    kill(std::stoi(slurp(pidf)), SIGKILL);
+    waitpid(left, nullptr, 0);
+    return;
+  }
+  std::string text = slurp(mnt + "/.fencefs/metrics");
+  EXPECT_EQ(ring_threads_for(0), metric(text, "fencefs_fuse_ring_threads", "mount=\"" + mnt + "\""))
+      << text;
+  pid_t daemon = std::stoi(slurp(pidf));
+  EXPECT_EQ(0, sh("fusermount3 -u '" + mnt + "'"));
+  for (int t = 0; t < 500 && kill(daemon, 0) == 0; t++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_NE(0, kill(daemon, 0)) << "the daemon did not exit";
+  EXPECT_NE(std::string::npos, slurp(log).find("unmounted")) << slurp(log);
+}
+
+// An advance still waiting for its journal when the daemon is told to stop is made durable and
+// replied to, as through /dev/fuse: the rings end after the last such reply.
+TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
+  std::string dir = temp_dir("ringlate");
+  ASSERT_FALSE(dir.empty());
+  std::string src = dir + "/src", bmnt = dir + "/bait";
+  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
+  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
+  pid_t bait = fork();
+  if (bait == 0) {
+    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  struct Undo {
+    pid_t bait;
+    std::string bmnt, dir;
+    ~Undo() {
+      kill(bait, SIGCONT);
+      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
+      kill(bait, SIGTERM);
+      waitpid(bait, nullptr, 0);
+      untrack_mount(bmnt);
+      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
+    }
+  } undo{bait, bmnt, dir};
+  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
+  track_mount(bmnt);
+  Mount m({"-o", "uring", "-o", "state=" + bmnt + "/s"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
+  ASSERT_TRUE(freeze(bait));
+  pid_t left = -1;
+  std::string out = dir + "/adv.out";
+  EXPECT_EQ(-1, finishes_within(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
+                                    "' / 1 >'" + out + "' 2>&1",
+                                300, &left));
+  ASSERT_GT(left, 0);
+  kill(m.daemon_pid(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  kill(bait, SIGCONT);
+  int st = 0;
+  waitpid(left, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << ": " << slurp(out);
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
 // The daemon asks for the rings only once it has made them: after an INIT reply that asked, the
 // kernel holds every request until each CPU's queue has an entry.
 TEST_F(Ring, ADaemonThatCannotMakeItsRingsServesThroughDevFuse) {
