@@ -391,6 +391,8 @@ void stop() {
   // The servers stay: a late completion (an advance's) may still look for its entry.
 }
 
+bool on_ring_thread() { return t_server != nullptr; }
+
 bool active() { return g_active.load(std::memory_order_acquire); }
 
 int threads() { return g_threads.load(std::memory_order_relaxed); }

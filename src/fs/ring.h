@@ -40,6 +40,9 @@ void stop();
 // request did not come through a ring (the caller writes the reply to /dev/fuse).
 ssize_t reply(uint64_t unique, const iovec* iov, int count);
 
+// Whether the calling thread is one of the rings' (serving a request it took from one).
+bool on_ring_thread();
+
 // Whether the rings were started.
 bool active();
 // Threads serving the rings, and requests they have served (metrics).
