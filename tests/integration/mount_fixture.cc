@@ -172,6 +172,34 @@ int Mount::ctl(std::string_view line) const {
   return err;
 }
 
+Bait::Bait(std::string_view name) : dir_(temp_dir(name)) {
+  if (dir_.empty()) return;
+  std::string src = dir_ + "/src";
+  mnt_ = dir_ + "/bait";
+  if (mkdir(src.c_str(), 0700) != 0 || mkdir(mnt_.c_str(), 0755) != 0) return;
+  pid_ = fork();
+  if (pid_ == 0) {
+    execlp("bindfs", "bindfs", "-f", src.c_str(), mnt_.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t < 10000 && !is_mounted(mnt_); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (is_mounted(mnt_)) track_mount(mnt_);
+}
+
+Bait::~Bait() {
+  if (pid_ > 0) {
+    kill(pid_, SIGCONT);
+    sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null");
+    kill(pid_, SIGTERM);
+    waitpid(pid_, nullptr, 0);
+    untrack_mount(mnt_);
+  }
+  if (!dir_.empty() && !is_mounted(mnt_)) sh("rm -rf '" + dir_ + "'");
+}
+
+bool Bait::mounted() const { return pid_ > 0 && is_mounted(mnt_); }
+
 bool Mount::mounted() const { return is_mounted(mnt_); }
 
 int Mount::try_mount(std::vector<std::string> extra) {

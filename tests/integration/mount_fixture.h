@@ -34,6 +34,25 @@ bool is_mounted(const std::string& mnt);
 void track_mount(const std::string& mnt);
 void untrack_mount(const std::string& mnt);
 
+// A bindfs mount of a fresh directory, for a fencefs to keep something on (its state): stopping
+// bindfs (freeze(pid())) then blocks whatever fencefs' daemon does there, inside the daemon.
+// Running again, unmounted and removed when it goes (after a Mount declared later).
+class Bait {
+ public:
+  explicit Bait(std::string_view name);
+  ~Bait();
+  Bait(const Bait&) = delete;
+  Bait& operator=(const Bait&) = delete;
+  bool mounted() const;
+  const std::string& dir() const { return dir_; }
+  const std::string& mnt() const { return mnt_; }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string dir_, mnt_;
+  pid_t pid_ = -1;
+};
+
 class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments

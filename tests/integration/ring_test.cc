@@ -152,32 +152,10 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   // wait in their handlers for its lock. Every caller here runs on CPU 0, so every request goes
   // to CPU 0's queue: three of its four threads blocked, the fourth serves the rest (with one
   // thread per CPU, or one entry per CPU shared by a thread, the first advance would hold it).
-  std::string dir = temp_dir("ring");
-  ASSERT_FALSE(dir.empty());
-  std::string src = dir + "/src", bmnt = dir + "/bait";
-  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
-  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
-  pid_t bait = fork();
-  if (bait == 0) {
-    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  struct Undo {
-    pid_t bait;
-    std::string bmnt, dir;
-    ~Undo() {
-      kill(bait, SIGCONT);
-      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
-      kill(bait, SIGTERM);
-      waitpid(bait, nullptr, 0);
-      untrack_mount(bmnt);
-      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
-    }
-  } undo{bait, bmnt, dir};
-  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
-  track_mount(bmnt);
+  Bait b("ring");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  const pid_t bait = b.pid();
+  const std::string bmnt = b.mnt(), dir = b.dir();
   Mount m({"-o", "uring=4", "-o", "state=" + bmnt + "/s"});
   std::vector<pid_t> stuck;
   struct Resume {
@@ -278,32 +256,10 @@ TEST_F(Ring, ADetachedDaemonServesThroughItsRings) {
 // An advance still waiting for its journal when the daemon is told to stop is made durable and
 // replied to, as through /dev/fuse: the rings end after the last such reply.
 TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
-  std::string dir = temp_dir("ringlate");
-  ASSERT_FALSE(dir.empty());
-  std::string src = dir + "/src", bmnt = dir + "/bait";
-  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
-  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
-  pid_t bait = fork();
-  if (bait == 0) {
-    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  struct Undo {
-    pid_t bait;
-    std::string bmnt, dir;
-    ~Undo() {
-      kill(bait, SIGCONT);
-      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
-      kill(bait, SIGTERM);
-      waitpid(bait, nullptr, 0);
-      untrack_mount(bmnt);
-      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
-    }
-  } undo{bait, bmnt, dir};
-  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
-  track_mount(bmnt);
+  Bait b("ringlate");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  const pid_t bait = b.pid();
+  const std::string bmnt = b.mnt(), dir = b.dir();
   Mount m({"-o", "uring", "-o", "state=" + bmnt + "/s"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());

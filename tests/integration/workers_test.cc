@@ -18,32 +18,10 @@ namespace {
 TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   // fencefs with its journal on a bindfs mount whose daemon we stop: an advance then blocks
   // inside fencefs' daemon in the journal's write, and every advance after it behind that one.
-  std::string dir = temp_dir("workers");
-  ASSERT_FALSE(dir.empty());
-  std::string src = dir + "/src", bmnt = dir + "/bait";
-  ASSERT_EQ(0, mkdir(src.c_str(), 0700));
-  ASSERT_EQ(0, mkdir(bmnt.c_str(), 0755));
-  pid_t bait = fork();
-  if (bait == 0) {
-    execlp("bindfs", "bindfs", "-f", src.c_str(), bmnt.c_str(), nullptr);
-    _exit(127);
-  }
-  for (int t = 0; t < 10000 && !is_mounted(bmnt); t += 20)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  struct Undo {  // after fencefs is unmounted, whatever failed: the bait goes, then the files
-    pid_t bait;
-    std::string bmnt, dir;
-    ~Undo() {
-      kill(bait, SIGCONT);
-      sh("fusermount3 -u '" + bmnt + "' 2>/dev/null");
-      kill(bait, SIGTERM);
-      waitpid(bait, nullptr, 0);
-      untrack_mount(bmnt);
-      if (!is_mounted(bmnt)) sh("rm -rf '" + dir + "'");
-    }
-  } undo{bait, bmnt, dir};
-  ASSERT_TRUE(is_mounted(bmnt)) << "bindfs did not mount";
-  track_mount(bmnt);
+  Bait b("workers");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  const pid_t bait = b.pid();
+  const std::string bmnt = b.mnt(), dir = b.dir();
   Mount m({"-o", "state=" + bmnt + "/s"});
   std::vector<pid_t> stuck;
   struct Resume {  // before fencefs is unmounted: the bait runs again, the blocked calls end
