@@ -644,8 +644,13 @@ TEST(Options, AMountRefusedLateLeavesNoStateAndNoAuditRecord) {
   // directory would have been created and locked.
   Mount m;
   ASSERT_EQ(write_as(m, 7, "f", "data"), 0);
+  // The stamp is written at RELEASE, which the kernel sends after close(2) has returned.
   char stamp[256];
-  ssize_t n = getxattr(m.bpath("f").c_str(), "trusted.fencefs", stamp, sizeof stamp);
+  ssize_t n = -1;
+  for (int t = 0; t < 250 && n <= 0; t++) {
+    n = getxattr(m.bpath("f").c_str(), "trusted.fencefs", stamp, sizeof stamp);
+    if (n <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   ASSERT_GT(n, 0);
   std::string fresh = make_dir(m, "fresh");
   spit(fresh + "/old", "stamped");
