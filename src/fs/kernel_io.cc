@@ -34,7 +34,6 @@ bool arg_of(const char* buf, size_t n, T* out) {
   return true;
 }
 
-// What this thread will serve next: the kill flags of its request.
 }  // namespace
 
 void note_request(const char* buf, size_t n) {
@@ -183,8 +182,6 @@ void want_rings(int per_cpu) {
 }
 
 bool rings_offered() { return ring_wanted && ring_offered; }
-
-void end_rings() { ring::stop(); }
 
 bool killpriv_v2() { return accepted; }
 

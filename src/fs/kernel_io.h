@@ -25,8 +25,6 @@ void note_request(const char* buf, size_t n);
 void want_rings(int per_cpu);
 // Whether INIT will be answered with the rings (wanted and offered): known once op_init runs.
 bool rings_offered();
-// Ends the rings' threads once the session has ended.
-void end_rings();
 
 // Whether the kernel asked the daemon to clear set-user-ID and set-group-ID for the request this
 // thread is serving (libfuse serves a request on the thread that read it).

@@ -42,6 +42,7 @@
 #include "fs/fs.h"
 #include "fs/kernel_io.h"
 #include "fs/loop.h"
+#include "fs/ring.h"
 
 using namespace fencefs;
 
@@ -463,8 +464,8 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
-  fence.quiesce();             // advances replied to from the journal's thread need the session
-  fs::kernel_io::end_rings();  // after them: their replies go through the rings
+  fence.quiesce();   // advances replied to from the journal's thread need the session
+  fs::ring::stop();  // after them: their replies go through the rings
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);

@@ -53,24 +53,11 @@ static_assert(sizeof(ReqHeader) == 288);
 // request as one buffer, so they are copied in front of the payload the kernel wrote. A page,
 // so that the payload starts on one.
 constexpr size_t kPrefix = 4096;
-constexpr uint64_t kWake = 1;
+constexpr uint64_t kWake = 1;   // user_data of the eventfd read (the entry's is 0)
+constexpr uint64_t kEntry = 0;  // user_data of the entry's commands
 // Threads in all by default, as many as the /dev/fuse loop may run (fs/loop.cc): a request whose
 // reply waits (an advance's fdatasync) keeps its thread's entry until then.
-constexpr int kDefaultThreads = 16;  // user_data of the eventfd read (entries are pointers)
-
-struct Server;
-
-struct Entry {
-  Server* q = nullptr;
-  alignas(64) ReqHeader hdr{};
-  char* buf = nullptr;  // kPrefix + payload
-  iovec iov[2]{};
-  std::atomic<uint64_t> unique{0};  // the request it holds while a handler serves it
-  Entry() = default;
-  Entry(const Entry&) = delete;
-  Entry& operator=(const Entry&) = delete;
-  ~Entry() { free(buf); }
-};
+constexpr int kDefaultThreads = 16;
 
 // One thread with its own io_uring and one entry of a CPU's queue. A thread serving a request
 // has no entry left waiting in the kernel, so the queue's next request goes to another thread
@@ -79,18 +66,24 @@ struct Server {
   int qid = 0;
   io_uring ring{};
   bool ring_up = false;
-  Entry ent;
   pthread_t thread{};
   bool started = false;
   int efd = -1;
   uint64_t efd_val = 0;
+  // The entry: headers and payload buffer registered with the kernel.
+  alignas(64) ReqHeader hdr{};
+  char* buf = nullptr;  // kPrefix + payload
+  iovec iov[2]{};
+  std::atomic<uint64_t> unique{0};  // the request a handler is serving from it, 0 for none
   std::mutex mu;
-  // Replies made on other threads (an advance's completion), copied out: the entry's buffer
-  // still holds the request, which its handler may be reading until it returns.
-  std::vector<std::pair<Entry*, std::vector<char>>> to_commit;  // under mu
+  // A reply made on another thread, copied out: the entry's buffer still holds the request,
+  // which its handler may be reading until it returns. libfuse lets any thread reply; no
+  // handler here does so for a ring's request since the advance ioctl waits on its ring thread.
+  std::vector<char> to_commit;  // under mu; empty for none
   ~Server() {
     if (ring_up) io_uring_queue_exit(&ring);
     if (efd >= 0) close(efd);
+    free(buf);
   }
   Server() = default;
   Server(const Server&) = delete;
@@ -109,7 +102,6 @@ bool g_go = false;  // under g_mu
 std::atomic<int> g_threads{0};
 int g_per_cpu = 0;
 std::atomic<uint64_t> g_served{0};
-thread_local Entry* t_current = nullptr;  // the entry this queue thread is serving
 thread_local Server* t_server = nullptr;  // set on a server's own thread
 
 // The CPU ids of a sysfs list ("0", "0-1", "0-3,5"); empty if unreadable.
@@ -141,7 +133,7 @@ io_uring_sqe* sqe_of(Server& q) {
   return s;
 }
 
-void prep_cmd(Server& q, Entry& e, uint32_t op, uint64_t commit_id) {
+void prep_cmd(Server& q, uint32_t op, uint64_t commit_id) {
   // A 128-byte slot (IORING_SETUP_SQE128): the command's 80 bytes follow the 48 of the header.
   auto* slot = reinterpret_cast<char*>(sqe_of(q));
   asm("" : "+r"(slot));  // the compiler sizes it as a 64-byte io_uring_sqe
@@ -150,13 +142,13 @@ void prep_cmd(Server& q, Entry& e, uint32_t op, uint64_t commit_id) {
   s->opcode = IORING_OP_URING_CMD;
   s->fd = g_fd;
   s->cmd_op = op;
-  s->addr = reinterpret_cast<uint64_t>(e.iov);
+  s->addr = reinterpret_cast<uint64_t>(q.iov);
   s->len = 2;
   CmdReq c{};
   c.commit_id = commit_id;
   c.qid = static_cast<uint16_t>(q.qid);
   std::memcpy(slot + offsetof(io_uring_sqe, cmd), &c, sizeof c);
-  s->user_data = reinterpret_cast<uint64_t>(&e);
+  s->user_data = kEntry;
 }
 
 void arm_wake(Server& q) {
@@ -165,62 +157,64 @@ void arm_wake(Server& q) {
   s->user_data = kWake;
 }
 
-void serve(Server& q, Entry& e) {
+// Copies a reply (a fuse_out_header, then its arguments) into the entry, and commits it with
+// the fetch of the next request.
+void commit(Server& q, const iovec* iov, int count) {
+  fuse_out_header oh;
+  std::memcpy(&oh, iov[0].iov_base, sizeof oh);
+  size_t payload = 0;
+  for (int i = 1; i < count; i++) payload += iov[i].iov_len;
+  if (payload > g_payload) {
+    oh.error = -EIO;
+    count = 1;
+    payload = 0;
+  }
+  char* p = q.buf + kPrefix;
+  for (int i = 1; i < count; i++) {
+    std::memcpy(p, iov[i].iov_base, iov[i].iov_len);
+    p += iov[i].iov_len;
+  }
+  oh.len = static_cast<uint32_t>(sizeof oh + payload);
+  std::memcpy(q.hdr.in_out, &oh, sizeof oh);
+  q.hdr.ent.payload_sz = static_cast<uint32_t>(payload);
+  prep_cmd(q, kCmdCommitAndFetch, oh.unique);
+}
+
+void serve(Server& q) {
   fuse_in_header in;
-  std::memcpy(&in, e.hdr.in_out, sizeof in);
-  size_t payload = e.hdr.ent.payload_sz;
-  if (in.len < sizeof in + payload || in.len - sizeof in - payload > sizeof e.hdr.op_in ||
+  std::memcpy(&in, q.hdr.in_out, sizeof in);
+  size_t payload = q.hdr.ent.payload_sz;
+  if (in.len < sizeof in + payload || in.len - sizeof in - payload > sizeof q.hdr.op_in ||
       payload > g_payload) {
     log::error("a malformed request from the kernel's ring (opcode {}, length {}, payload {})",
                in.opcode, in.len, payload);
     fuse_out_header oh{sizeof(fuse_out_header), -EIO, in.unique};
-    std::memcpy(e.hdr.in_out, &oh, sizeof oh);
-    e.hdr.ent.payload_sz = 0;
-    prep_cmd(q, e, kCmdCommitAndFetch, in.unique);
-    return;
+    iovec iov{&oh, sizeof oh};
+    return commit(q, &iov, 1);
   }
   size_t op = in.len - sizeof in - payload;
-  char* start = e.buf + kPrefix - op - sizeof in;
+  char* start = q.buf + kPrefix - op - sizeof in;
   std::memcpy(start, &in, sizeof in);
-  std::memcpy(start + sizeof in, e.hdr.op_in, op);
-  e.unique.store(in.unique, std::memory_order_release);
+  std::memcpy(start + sizeof in, q.hdr.op_in, op);
+  q.unique.store(in.unique, std::memory_order_release);
   g_served.fetch_add(1, std::memory_order_relaxed);
-  t_current = &e;
   kernel_io::note_request(start, in.len);
   fuse_buf b{};
   b.size = in.len;
   b.mem = start;
   fuse_session_process_buf(g_se, &b);
-  t_current = nullptr;
-}
-
-// Copies a reply (a fuse_out_header, then its arguments) into e's buffers for the kernel.
-void fill(Entry& e, const char* reply, size_t len) {
-  fuse_out_header oh;
-  std::memcpy(&oh, reply, sizeof oh);
-  size_t payload = len - sizeof oh;
-  if (payload > g_payload) {
-    oh.error = -EIO;
-    payload = 0;
-  }
-  std::memmove(e.buf + kPrefix, reply + sizeof oh, payload);
-  oh.len = static_cast<uint32_t>(sizeof oh + payload);
-  std::memcpy(e.hdr.in_out, &oh, sizeof oh);
-  e.hdr.ent.payload_sz = static_cast<uint32_t>(payload);
 }
 
 void drain(Server& q) {
-  std::vector<std::pair<Entry*, std::vector<char>>> ready;
+  std::vector<char> reply;
   {
     std::lock_guard lk(q.mu);
-    ready.swap(q.to_commit);
+    reply.swap(q.to_commit);
   }
-  for (auto& [e, reply] : ready) {
-    fill(*e, reply.data(), reply.size());
-    fuse_out_header oh;
-    std::memcpy(&oh, reply.data(), sizeof oh);
-    prep_cmd(q, *e, kCmdCommitAndFetch, oh.unique);
-  }
+  if (reply.empty()) return;
+  iovec iov[2] = {{reply.data(), sizeof(fuse_out_header)},
+                  {reply.data() + sizeof(fuse_out_header), reply.size() - sizeof(fuse_out_header)}};
+  commit(q, iov, 2);
 }
 
 // A server's io_uring, eventfd and entry buffer, made before the INIT reply asks for the rings:
@@ -233,13 +227,11 @@ std::string set_up(Server& q) {
   q.ring_up = true;
   q.efd = eventfd(0, EFD_CLOEXEC);
   if (q.efd < 0) return "eventfd: " + common::errstr(errno);
-  Entry& e = q.ent;
-  e.q = &q;
   // aligned_alloc wants a size that is a multiple of the alignment.
-  e.buf = static_cast<char*>(aligned_alloc(kPrefix, kPrefix + ((g_payload + 4095) & ~4095ul)));
-  if (!e.buf) return "out of memory for the ring buffers";
-  e.iov[0] = {&e.hdr, sizeof e.hdr};
-  e.iov[1] = {e.buf + kPrefix, g_payload};
+  q.buf = static_cast<char*>(aligned_alloc(kPrefix, kPrefix + ((g_payload + 4095) & ~4095ul)));
+  if (!q.buf) return "out of memory for the ring buffers";
+  q.iov[0] = {&q.hdr, sizeof q.hdr};
+  q.iov[1] = {q.buf + kPrefix, g_payload};
   return "";
 }
 
@@ -248,8 +240,8 @@ void tear_down(Server& q) {
   q.ring_up = false;
   if (q.efd >= 0) close(q.efd);
   q.efd = -1;
-  free(q.ent.buf);
-  q.ent.buf = nullptr;
+  free(q.buf);
+  q.buf = nullptr;
 }
 
 void* run(void* arg) {
@@ -267,7 +259,7 @@ void* run(void* arg) {
   CPU_SET(q.qid, &set);
   (void)pthread_setaffinity_np(pthread_self(), sizeof set, &set);  // locality only
   g_threads++;
-  prep_cmd(q, q.ent, kCmdRegister, 0);
+  prep_cmd(q, kCmdRegister, 0);
   arm_wake(q);
   bool live = true;
   while (live) {
@@ -291,7 +283,7 @@ void* run(void* arg) {
           log::error("FUSE ring {}: {}", q.qid, common::errstr(-res));
         live = false;
       } else {
-        serve(q, q.ent);
+        serve(q);
       }
     }
   }
@@ -400,62 +392,48 @@ int threads() { return g_threads.load(std::memory_order_relaxed); }
 uint64_t served() { return g_served.load(std::memory_order_relaxed); }
 
 ssize_t reply(uint64_t unique, const iovec* iov, int count) {
-  Entry* e = t_current;
-  if (!e || e->unique.load(std::memory_order_relaxed) != unique) {
-    e = nullptr;
-    for (auto& q : g_servers) {
-      Entry& x = q->ent;
-      if (x.unique.load(std::memory_order_acquire) == unique) {
-        e = &x;
-        break;
-      }
-    }
-    if (!e) return -1;
+  Server* q = t_server;
+  if (!q || q->unique.load(std::memory_order_relaxed) != unique) {
+    auto it = std::find_if(g_servers.begin(), g_servers.end(), [&](const auto& s) {
+      return s->unique.load(std::memory_order_acquire) == unique;
+    });
+    if (it == g_servers.end()) return -1;
+    q = it->get();
   }
   size_t total = 0;
   bool inside = false;  // an argument points into the entry's buffer (part of the request)
-  const char* lo = e->buf;
-  const char* hi = e->buf + kPrefix + g_payload;
+  const char* lo = q->buf;
+  const char* hi = q->buf + kPrefix + g_payload;
   for (int i = 0; i < count; i++) {
     total += iov[i].iov_len;
     const char* p = static_cast<const char*>(iov[i].iov_base);
     inside |= i > 0 && iov[i].iov_len > 0 && p < hi && p + iov[i].iov_len > lo;
   }
-  if (total < sizeof(fuse_out_header)) return -1;
-  Server& q = *e->q;
-  bool own = t_server == &q && t_current == e;  // on the thread serving it, inside its handler
-  e->unique.store(0, std::memory_order_release);
-  if (own) t_current = nullptr;
-  if (own && !inside && total - sizeof(fuse_out_header) <= g_payload) {
-    char* p = e->buf + kPrefix;
-    for (int i = 1; i < count; i++) {
-      std::memcpy(p, iov[i].iov_base, iov[i].iov_len);
-      p += iov[i].iov_len;
-    }
-    fuse_out_header oh;
-    std::memcpy(&oh, iov[0].iov_base, sizeof oh);
-    oh.len = static_cast<uint32_t>(total);
-    std::memcpy(e->hdr.in_out, &oh, sizeof oh);
-    e->hdr.ent.payload_sz = static_cast<uint32_t>(total - sizeof oh);
-    prep_cmd(q, *e, kCmdCommitAndFetch, unique);
+  q->unique.store(0, std::memory_order_release);
+  // A server's thread replies to its entry's request only from inside its handler.
+  if (t_server == q && !inside) {
+    commit(*q, iov, count);
     return static_cast<ssize_t>(total);
   }
+  // Gathered apart first: the arguments point into the entry's buffer, or the handler may still
+  // be reading its request there.
   std::vector<char> whole;
   whole.reserve(total);
   for (int i = 0; i < count; i++) {
     const char* p = static_cast<const char*>(iov[i].iov_base);
     whole.insert(whole.end(), p, p + iov[i].iov_len);
   }
-  if (own) {
-    fill(*e, whole.data(), whole.size());
-    prep_cmd(q, *e, kCmdCommitAndFetch, unique);
+  if (t_server == q) {
+    iovec one[2] = {{whole.data(), sizeof(fuse_out_header)},
+                    {whole.data() + sizeof(fuse_out_header), total - sizeof(fuse_out_header)}};
+    commit(*q, one, 2);
   } else {
     {
-      std::lock_guard lk(q.mu);
-      q.to_commit.emplace_back(e, std::move(whole));
+      std::lock_guard lk(q->mu);
+      q->to_commit = std::move(whole);
     }
     uint64_t one = 1;
-    (void)!write(q.efd, &one, sizeof one);
+    (void)!write(q->efd, &one, sizeof one);
   }
   return static_cast<ssize_t>(total);
 }
