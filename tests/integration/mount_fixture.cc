@@ -198,6 +198,11 @@ Bait::~Bait() {
   if (!dir_.empty() && !is_mounted(mnt_)) sh("rm -rf '" + dir_ + "'");
 }
 
+Stuck::~Stuck() {
+  kill(bait, SIGCONT);
+  for (pid_t p : pids) waitpid(p, nullptr, 0);
+}
+
 bool Bait::mounted() const { return pid_ > 0 && is_mounted(mnt_); }
 
 bool Mount::mounted() const { return is_mounted(mnt_); }

@@ -53,6 +53,14 @@ class Bait {
   pid_t pid_ = -1;
 };
 
+// Children left blocked behind a stopped Bait. Declared after the Mount they are blocked in:
+// gone first, it lets the bait run again and reaps them, so that the Mount can unmount.
+struct Stuck {
+  pid_t bait;
+  std::vector<pid_t> pids;
+  ~Stuck();
+};
+
 class Mount {
  public:
   // Creates ROOT/{backing,mnt} in a fresh temp dir and mounts. extra: more fencefs arguments

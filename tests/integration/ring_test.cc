@@ -139,7 +139,7 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   EXPECT_EQ(0, as_job(m, 2, [&] { return E(unlink(m.path("f1").c_str())); }));
   EXPECT_EQ("data", slurp(m.bpath("f0")));
   EXPECT_NE(0, access(m.bpath("f1").c_str(), F_OK));
-  // An advance through the ioctl is replied to from the journal's thread, not the ring's.
+  // An advance through the ioctl (on a ring thread, it waits for its record there).
   EXPECT_EQ(0, sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / 5"));
   EXPECT_NE(0, as_job(m, 4, [&] { return E(unlink(m.path("f2").c_str())); }));
   EXPECT_EQ(0, access(m.bpath("f2").c_str(), F_OK));
@@ -154,27 +154,17 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   // thread per CPU, or one entry per CPU shared by a thread, the first advance would hold it).
   Bait b("ring");
   ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
-  const pid_t bait = b.pid();
-  const std::string bmnt = b.mnt(), dir = b.dir();
-  Mount m({"-o", "uring=4", "-o", "state=" + bmnt + "/s"});
-  std::vector<pid_t> stuck;
-  struct Resume {
-    pid_t bait;
-    std::vector<pid_t>& stuck;
-    ~Resume() {
-      kill(bait, SIGCONT);
-      for (pid_t p : stuck) waitpid(p, nullptr, 0);
-    }
-  } resume{bait, stuck};
+  Mount m({"-o", "uring=4", "-o", "state=" + b.mnt() + "/s"});
+  Stuck stuck{b.pid(), {}};
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
-  ASSERT_TRUE(freeze(bait));
+  ASSERT_TRUE(freeze(b.pid()));
   for (int k = 1; k <= 3; k++) {
     pid_t left = -1;
     std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
                       "' / " + std::to_string(k) + " >/dev/null 2>&1";
     EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
-    if (left > 0) stuck.push_back(left);
+    if (left > 0) stuck.pids.push_back(left);
   }
   // The three later advances hold three ring threads (waiting for the domain's lock).
   auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
@@ -184,15 +174,15 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
                                10000, &left))
       << "a request from CPU 0 waited behind the three blocked on CPU 0's queue";
-  if (left > 0) stuck.push_back(left);
-  kill(bait, SIGCONT);
-  for (pid_t p : stuck) {
+  if (left > 0) stuck.pids.push_back(left);
+  kill(b.pid(), SIGCONT);
+  for (pid_t p : stuck.pids) {
     int st = 0;
     waitpid(p, &st, 0);
     // 201: a lower token's advance that got the lock after a higher one (ESTALE).
     EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
   }
-  stuck.clear();
+  stuck.pids.clear();
   std::string text = slurp(m.mnt() + "/.fencefs/metrics");
   EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
@@ -254,25 +244,24 @@ TEST_F(Ring, ADetachedDaemonServesThroughItsRings) {
 }
 
 // An advance still waiting for its journal when the daemon is told to stop is made durable and
-// replied to, as through /dev/fuse: the rings end after the last such reply.
+// replied to, as through /dev/fuse: the rings end after it (main: fence.quiesce(), then
+// ring::stop(), which joins the ring thread waiting in it).
 TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
   Bait b("ringlate");
   ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
-  const pid_t bait = b.pid();
-  const std::string bmnt = b.mnt(), dir = b.dir();
-  Mount m({"-o", "uring", "-o", "state=" + bmnt + "/s"});
+  Mount m({"-o", "uring", "-o", "state=" + b.mnt() + "/s"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
-  ASSERT_TRUE(freeze(bait));
+  ASSERT_TRUE(freeze(b.pid()));
   pid_t left = -1;
-  std::string out = dir + "/adv.out";
+  std::string out = b.dir() + "/adv.out";
   EXPECT_EQ(-1, finishes_within(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
                                     "' / 1 >'" + out + "' 2>&1",
                                 300, &left));
   ASSERT_GT(left, 0);
   kill(m.daemon_pid(), SIGTERM);
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  kill(bait, SIGCONT);
+  kill(b.pid(), SIGCONT);
   int st = 0;
   waitpid(left, &st, 0);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << ": " << slurp(out);

@@ -20,42 +20,32 @@ TEST(Workers, RequestsBlockedInTheDaemonDoNotHoldUpOthers) {
   // inside fencefs' daemon in the journal's write, and every advance after it behind that one.
   Bait b("workers");
   ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
-  const pid_t bait = b.pid();
-  const std::string bmnt = b.mnt(), dir = b.dir();
-  Mount m({"-o", "state=" + bmnt + "/s"});
-  std::vector<pid_t> stuck;
-  struct Resume {  // before fencefs is unmounted: the bait runs again, the blocked calls end
-    pid_t bait;
-    std::vector<pid_t>& stuck;
-    ~Resume() {
-      kill(bait, SIGCONT);
-      for (pid_t p : stuck) waitpid(p, nullptr, 0);
-    }
-  } resume{bait, stuck};
+  Mount m({"-o", "state=" + b.mnt() + "/s"});
+  Stuck stuck{b.pid(), {}};
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   // The mount shows before the daemon has written its state and answered the kernel's INIT:
   // a request served first proves that it is past those writes and in its loop.
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
-  ASSERT_TRUE(freeze(bait));
+  ASSERT_TRUE(freeze(b.pid()));
   constexpr int kBlocked = 6;  // more than the workers the loop keeps waiting in read(2)
   for (int k = 1; k <= kBlocked; k++) {
     pid_t left = -1;
     std::string cmd = std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / " +
                       std::to_string(k) + " >/dev/null 2>&1";
     EXPECT_EQ(-1, finishes_within(cmd, 100, &left)) << "advance " << k << " did not block";
-    if (left > 0) stuck.push_back(left);
+    if (left > 0) stuck.pids.push_back(left);
   }
   // Served by another worker meanwhile: it needs neither the journal nor the domain's lock.
   pid_t left = -1;
   EXPECT_EQ(0, finishes_within("cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null", 10000, &left))
       << "a request not touching the journal waited behind " << kBlocked << " blocked ones";
-  if (left > 0) stuck.push_back(left);
+  if (left > 0) stuck.pids.push_back(left);
 
   // Once the blocked calls end, the workers started for them go idle, and only two of them wait
   // in read(2): the others park (libfuse's own loop keeps up to ten in read(2)).
-  kill(bait, SIGCONT);
-  for (pid_t p : stuck) waitpid(p, nullptr, 0);
-  stuck.clear();
+  kill(b.pid(), SIGCONT);
+  for (pid_t p : stuck.pids) waitpid(p, nullptr, 0);
+  stuck.pids.clear();
   const std::string mx = m.mnt() + "/.fencefs/metrics";
   const std::string mount_label = "mount=\"" + m.mnt() + "\"";
   std::string text;
