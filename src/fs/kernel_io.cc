@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <memory>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -184,6 +186,29 @@ void want_rings(int per_cpu) {
 bool rings_offered() { return ring_wanted && ring_offered; }
 
 bool killpriv_v2() { return accepted; }
+
+// libfuse splices a reply through a pipe that must hold all of it and three pages more, and
+// without CAP_SYS_RESOURCE, which the workers drop, a pipe grows no larger than
+// fs.pipe-max-size (1 MiB by default); with the rings nothing is spliced. Otherwise it copies
+// the reply through a buffer it allocates and frees per reply: 1 MiB mapped, faulted in page by
+// page and unmapped for every READ of that size, milliseconds of daemon CPU each.
+char* reply_buffer(size_t size) {
+  if (char* entry = ring::reply_buffer(size)) return entry;
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  static const size_t pipe_max = [] {
+    size_t n = 0;
+    return std::ifstream("/proc/sys/fs/pipe-max-size") >> n ? n : size_t{1} << 20;
+  }();
+  if (!rings_offered() && size + 4 * page <= pipe_max) return nullptr;  // libfuse splices it
+  thread_local std::unique_ptr<char, decltype(&free)> buf{nullptr, &free};
+  thread_local size_t cap = 0;
+  if (cap < size) {
+    size_t want = (size + page - 1) / page * page;
+    buf.reset(static_cast<char*>(aligned_alloc(page, want)));
+    cap = buf ? want : 0;
+  }
+  return buf.get();
+}
 
 void attributes_changed(fuse_ino_t ino) {
   // A negative offset: attributes only, no page is dropped (and no inode lock is taken, so this

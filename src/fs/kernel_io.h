@@ -33,6 +33,11 @@ bool kill_suidgid();
 // Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
 bool killpriv_v2();
 
+// Where a handler reads a reply's data of size bytes (a READ's) for fuse_reply_buf, when libfuse
+// would otherwise copy it through a buffer it allocates per reply: a ring's entry, or a buffer
+// this thread keeps for replies too large to splice. nullptr: reply with fuse_reply_data.
+char* reply_buffer(size_t size);
+
 // Drops the kernel's cached attributes of ino: the daemon changed them without a reply that
 // carries them (set-id bits cleared during a WRITE or an OPEN). Safe inside a handler.
 void attributes_changed(fuse_ino_t ino);

@@ -171,7 +171,7 @@ void commit(Server& q, const iovec* iov, int count) {
   }
   char* p = q.buf + kPrefix;
   for (int i = 1; i < count; i++) {
-    std::memcpy(p, iov[i].iov_base, iov[i].iov_len);
+    if (iov[i].iov_base != p) std::memcpy(p, iov[i].iov_base, iov[i].iov_len);  // else in place
     p += iov[i].iov_len;
   }
   oh.len = static_cast<uint32_t>(sizeof oh + payload);
@@ -385,6 +385,14 @@ void stop() {
 
 bool on_ring_thread() { return t_server != nullptr; }
 
+char* reply_buffer(size_t len) {
+  Server* q = t_server;
+  if (!q || q->unique.load(std::memory_order_relaxed) == 0 || q->hdr.ent.payload_sz != 0 ||
+      len > g_payload)
+    return nullptr;
+  return q->buf + kPrefix;
+}
+
 bool active() { return g_active.load(std::memory_order_acquire); }
 
 int threads() { return g_threads.load(std::memory_order_relaxed); }
@@ -407,7 +415,8 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
   for (int i = 0; i < count; i++) {
     total += iov[i].iov_len;
     const char* p = static_cast<const char*>(iov[i].iov_base);
-    inside |= i > 0 && iov[i].iov_len > 0 && p < hi && p + iov[i].iov_len > lo;
+    bool placed = i == 1 && p == q->buf + kPrefix;  // written there through reply_buffer()
+    inside |= i > 0 && !placed && iov[i].iov_len > 0 && p < hi && p + iov[i].iov_len > lo;
   }
   q->unique.store(0, std::memory_order_release);
   // A server's thread replies to its entry's request only from inside its handler.

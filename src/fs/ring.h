@@ -43,6 +43,11 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count);
 // Whether the calling thread is one of the rings' (serving a request it took from one).
 bool on_ring_thread();
 
+// On a ring thread serving a request that brought no payload (a READ): where in its entry a
+// reply's data of up to len bytes can be written, so that it is committed without a copy; else
+// nullptr. Valid until the reply.
+char* reply_buffer(size_t len);
+
 // Whether the rings were started.
 bool active();
 // Threads serving the rings, and requests they have served (metrics).
