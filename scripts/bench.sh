@@ -351,11 +351,11 @@ as() {
   fi
 }
 
-OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k reread_1m legacy_t1 legacy_t4
+OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k coldread_seq reread_1m legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink
-  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_meta_create cpu_meta_unlink)
+  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_unlink)
 DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k
-  cpu_meta_create cpu_meta_unlink)
+  cpu_coldread_seq cpu_meta_create cpu_meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
   for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
@@ -430,6 +430,37 @@ print("%.1f" % (n / t / 1e6))' "$d/reread.dat" "$FIO_RUNTIME" 2>>"$W/reread.err"
   as "$c" rm -f "$d/reread.dat" || true
 }
 
+# A cold sequential read (cp, tar or rsync reading a file that is not in the page cache): the
+# kernel's clean pages dropped (vm.drop_caches=1; tmpfs keeps its own), then the fio file read
+# through in 1 MiB read(2)s: MB/s, and daemon CPU per MiB.
+run_coldread() {  # run_coldread CONTENDER ROUND
+  local c=$1 r=$2 d pid t0 t1 out
+  d=$(workdir "$c")
+  pid=$(daemon_pid "$c")
+  sync
+  echo 1 >/proc/sys/vm/drop_caches
+  [ -n "$pid" ] && t0=$(daemon_ticks "$pid")
+  if out=$(as "$c" python3 -c 'import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+n, t0 = 0, time.monotonic()
+while True:
+    b = os.read(fd, 1 << 20)
+    if not b: break
+    n += len(b)
+print("%.1f %d" % (n / (time.monotonic() - t0) / 1e6, n))' "$d/fio.dat" 2>"$W/cold.err"); then
+    [ -n "$pid" ] && t1=$(daemon_ticks "$pid")
+    local v bytes
+    read -r v bytes <<<"$out"
+    record coldread_seq "$c" "$r" "$v"
+    if [ -n "$pid" ] && [ "${bytes:-0}" -gt 0 ]; then
+      record cpu_coldread_seq "$c" "$r" \
+        "$(awk -v a="$t0" -v b="$t1" -v n="$bytes" -v hz="$CLK_TCK" 'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / (n / 1048576) }')"
+    fi
+  else
+    note coldread_seq "$c" "round $r: $(tail -1 "$W/cold.err")"
+  fi
+}
+
 run_legacy() {  # run_legacy CONTENDER ROUND THREADS
   local c=$1 r=$2 th=$3 d pid t0 t1 out=$W/legacy.out
   d=$(workdir "$c")/legacy-$r-$th
@@ -477,6 +508,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for c in "${ACTIVE[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
   for c in "${ACTIVE[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
   for c in "${ACTIVE[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
+  for c in "${ACTIVE[@]}"; do run_coldread "$c" "$r"; done
   for c in "${ACTIVE[@]}"; do run_reread "$c" "$r"; done
   for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 1; done
   for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 4; done
