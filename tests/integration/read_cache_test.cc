@@ -376,8 +376,9 @@ TEST(ReadCache, LargeReadsFaultInNoFreshBuffer) {
   EXPECT_EQ(static_cast<ssize_t>(kSize / 2), tail);
   EXPECT_EQ(0, none);
   EXPECT_EQ(0, std::memcmp(buf, want.data() + kSize / 2, kSize / 2));
-  // A fresh buffer per READ: 256 pages each, over 25,600. A kept one faults once per thread (at
-  // most 16 threads, or 16 ring entries, of 256 pages).
+  // A fresh buffer per READ: 256 pages each, over 25,600. A kept one faults once per thread that
+  // serves these READs: at most 16 /dev/fuse workers, or the ring entries of the CPUs this
+  // thread runs on (8 per CPU here), of 256 pages each.
   EXPECT_LT(faults, kReads * 256 / 4)
       << faults << " minor faults in the daemon for " << kReads << " READs of 1 MiB";
   free(buf);
