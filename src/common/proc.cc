@@ -78,7 +78,7 @@ std::optional<Stat> read_stat(pid_t pid) {
   st.comm = text.substr(open + 1, close - open - 1);
   std::string_view rest(text);
   rest.remove_prefix(close + 2);  // ") "
-  // Fields from 3 (state) on; ppid is field 4, starttime field 22.
+  // Fields from 3 (state) on; ppid is field 4, minflt field 10, starttime field 22.
   int field = 3;
   size_t pos = 0;
   while (pos <= rest.size() && field <= 22) {
@@ -88,6 +88,7 @@ std::optional<Stat> read_stat(pid_t pid) {
     if (field == 3 && !tok.empty()) st.state = tok.front();
     if (field == 4 && !parse_num(tok, &st.ppid)) return std::nullopt;
     if (field == 9 && !parse_num(tok, &st.flags)) return std::nullopt;
+    if (field == 10 && !parse_num(tok, &st.minflt)) return std::nullopt;
     if (field == 22 && !parse_num(tok, &st.start_time)) return std::nullopt;
     ++field;
     pos = end + 1;

@@ -15,8 +15,9 @@ struct Stat {
   pid_t ppid = 0;
   uint64_t start_time = 0;  // clock ticks since boot (10 ms): not an identity, see ProcessInfo
   std::string comm;
-  char state = 0;      // R, S, D, T, Z (exited, not yet reaped), ...
-  uint32_t flags = 0;  // the kernel's PF_* flags
+  char state = 0;       // R, S, D, T, Z (exited, not yet reaped), ...
+  uint32_t flags = 0;   // the kernel's PF_* flags
+  uint64_t minflt = 0;  // minor page faults, of every thread the process has had
 };
 
 // Thread group and command of a thread, from one read of /proc/TID/status.

@@ -8,10 +8,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/proc.h"
 #include "integration/mount_fixture.h"
 
 using namespace fencefs::testing;
@@ -330,18 +330,10 @@ TEST(ReadCache, OffWithTheAttributeCache) {
   EXPECT_EQ(dropped + 2, opens(m, "dropped"));
 }
 
-// The daemon's minor page faults (/proc/PID/stat, field 10: every thread's, the dead ones' too).
+// The daemon's minor page faults, -1 if unreadable.
 static long long minor_faults(pid_t pid) {
-  std::string st = slurp("/proc/" + std::to_string(pid) + "/stat");
-  size_t p = st.rfind(')');  // the command name may hold spaces
-  if (p == std::string::npos) return -1;
-  std::istringstream in(st.substr(p + 2));
-  std::string field;
-  for (int k = 3; k < 10 && in >> field; k++) {
-  }
-  long long minflt = -1;
-  in >> minflt;
-  return minflt;
+  auto st = fencefs::proc::read_stat(pid);
+  return st ? static_cast<long long>(st->minflt) : -1;
 }
 
 // A READ of 1 MiB, the most the kernel asks for at once (a cold sequential read asks that much):
