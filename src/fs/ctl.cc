@@ -16,7 +16,6 @@
 #include "fencefs/ioctl.h"
 #include "fs/ops.h"
 #include "fs/report.h"
-#include "fs/ring.h"
 
 namespace fencefs::fs {
 namespace {
@@ -321,14 +320,6 @@ void ctl_ioctl_advance(fuse_req_t req, Domain& d, const void* in, size_t in_size
   fence::TokenText tt;
   if (int err = authorized_ioctl_token(f, c, d, "advance", in, in_size, &tt))
     return (void)fuse_reply_err(req, err);
-  // A ring thread's entry stays with the request until the reply whichever thread makes it:
-  // waiting here costs no more, and saves handing the reply back to this thread.
-  if (ring::on_ring_thread()) {
-    std::string why;
-    if (int err = f.fence().advance(d, tt.epoch, false, c, &why))
-      return (void)fuse_reply_err(req, err);
-    return (void)fuse_reply_ioctl(req, 0, nullptr, 0);
-  }
   // Replied by whoever makes the epoch durable: this worker goes back to serving meanwhile.
   f.fence().advance_async(d, tt.epoch, c, [req](int err) {
     if (err) return (void)fuse_reply_err(req, err);

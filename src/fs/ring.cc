@@ -76,9 +76,8 @@ struct Server {
   iovec iov[2]{};
   std::atomic<uint64_t> unique{0};  // the request a handler is serving from it, 0 for none
   std::mutex mu;
-  // A reply made on another thread, copied out: the entry's buffer still holds the request,
-  // which its handler may be reading until it returns. libfuse lets any thread reply; no
-  // handler here does so for a ring's request since the advance ioctl waits on its ring thread.
+  // A reply made on another thread (an advance's, by the thread that synced its record), copied
+  // out: the entry's buffer still holds the request, which its handler may read until it returns.
   std::vector<char> to_commit;  // under mu; empty for none
   ~Server() {
     if (ring_up) io_uring_queue_exit(&ring);
@@ -382,8 +381,6 @@ void stop() {
   g_active = false;
   // The servers stay: a late completion (an advance's) may still look for its entry.
 }
-
-bool on_ring_thread() { return t_server != nullptr; }
 
 char* reply_buffer(size_t len) {
   Server* q = t_server;

@@ -40,9 +40,6 @@ void stop();
 // request did not come through a ring (the caller writes the reply to /dev/fuse).
 ssize_t reply(uint64_t unique, const iovec* iov, int count);
 
-// Whether the calling thread is one of the rings' (serving a request it took from one).
-bool on_ring_thread();
-
 // On a ring thread serving a request that brought no payload (a READ): where in its entry a
 // reply's data of up to len bytes can be written, so that it is committed without a copy; else
 // nullptr. Valid until the reply.

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fencefs/ioctl.h"
 #include "integration/mount_fixture.h"
 
 namespace fencefs::testing {
@@ -139,7 +141,7 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   EXPECT_EQ(0, as_job(m, 2, [&] { return E(unlink(m.path("f1").c_str())); }));
   EXPECT_EQ("data", slurp(m.bpath("f0")));
   EXPECT_NE(0, access(m.bpath("f1").c_str(), F_OK));
-  // An advance through the ioctl (on a ring thread, it waits for its record there).
+  // An advance through the ioctl (replied by the thread that synced its record).
   EXPECT_EQ(0, sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / 5"));
   EXPECT_NE(0, as_job(m, 4, [&] { return E(unlink(m.path("f2").c_str())); }));
   EXPECT_EQ(0, access(m.bpath("f2").c_str(), F_OK));
@@ -185,6 +187,59 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   stuck.pids.clear();
   std::string text = slurp(m.mnt() + "/.fencefs/metrics");
   EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+// An advance is replied by whichever thread synced its record, and that reply is handed to the
+// ring thread whose entry holds the request. Eight domains advanced at once through two threads
+// per CPU: every caller gets its own reply (each domain ends at its last acknowledged token),
+// and every entry serves again afterwards.
+TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
+  Mount m({"-o", "uring=2"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  constexpr int kDomains = 8, kAdvances = 300;
+  for (int k = 0; k < kDomains; k++) {
+    std::string d = m.path("d" + std::to_string(k));
+    ASSERT_EQ(0, as_job(m, 1, [&] { return E(mkdir(d.c_str(), 0755)); }));
+    ASSERT_EQ(0, sh(std::string(FENCECTL_BIN) + " domain add '" + d + "' >/dev/null"));
+  }
+  std::vector<std::thread> ts;
+  std::vector<int> failed(kDomains, 0), last(kDomains, 0);
+  for (int k = 0; k < kDomains; k++)
+    ts.emplace_back([&, k] {
+      int fd = open(m.path("d" + std::to_string(k)).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) return void(failed[k] = errno);
+      for (int e = 1; e <= kAdvances && !failed[k]; e++) {
+        fencefs_token t{};
+        t.epoch = static_cast<uint64_t>(e);
+        if (ioctl(fd, FENCEFS_IOC_ADVANCE, &t) != 0)
+          failed[k] = errno;
+        else
+          last[k] = e;
+      }
+      close(fd);
+    });
+  for (auto& t : ts) t.join();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  for (int k = 0; k < kDomains; k++) {
+    EXPECT_EQ(0, failed[k]) << "domain /d" << k << " after " << last[k] << " advances";
+    EXPECT_EQ(kAdvances, metric(text, "fencefs_epoch", "domain=\"/d" + std::to_string(k) + "\""))
+        << text;
+  }
+  EXPECT_GT(metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\""),
+            kDomains * kAdvances)
+      << text;
+  // Every ring thread's entry is back in the kernel's queue, waiting for a request (once the
+  // metrics file's RELEASE, sent after close returns, has been served).
+  std::pair<int, int> seen;
+  for (int t = 0; t < 200; t++) {
+    seen = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
+    if (seen.first == seen.second) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(ring_threads_for(2), seen.first);
+  EXPECT_EQ(seen.first, seen.second);
+  EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("after").c_str(), 0755)); }));
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
