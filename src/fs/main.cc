@@ -464,8 +464,10 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
-  fence.quiesce();   // advances replied to from the journal's thread need the session
-  fs::ring::stop();  // after them: their replies go through the rings
+  // Advances replied to from the journal's thread need the session, and the rings' their entry's
+  // thread: each ring thread ends once its entry's reply is made, then the rest are waited for.
+  fs::ring::stop();
+  fence.quiesce();
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);

@@ -220,8 +220,12 @@ std::string render_metrics(Fs& f) {
       "comes through /dev/fuse).\n"
       "# TYPE fencefs_fuse_ring_threads gauge\nfencefs_fuse_ring_threads {}\n"
       "# HELP fencefs_fuse_ring_requests_total Requests served through io_uring.\n"
-      "# TYPE fencefs_fuse_ring_requests_total counter\nfencefs_fuse_ring_requests_total {}\n",
-      ring::threads(), ring::served());
+      "# TYPE fencefs_fuse_ring_requests_total counter\nfencefs_fuse_ring_requests_total {}\n"
+      "# HELP fencefs_fuse_ring_replies_handed_over_total Replies to ring requests made on another "
+      "thread (an advance's, by the thread that synced it) and committed by the entry's.\n"
+      "# TYPE fencefs_fuse_ring_replies_handed_over_total counter\n"
+      "fencefs_fuse_ring_replies_handed_over_total {}\n",
+      ring::threads(), ring::served(), ring::handed_over());
   out += op_stats::render();
   // Every series names its mount: the pages of several mounts can be merged into one scrape.
   return common::prom_with_label(out, "mount", f.opts().mountpoint);

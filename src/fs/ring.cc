@@ -100,7 +100,7 @@ std::condition_variable g_cv;
 bool g_go = false;  // under g_mu
 std::atomic<int> g_threads{0};
 int g_per_cpu = 0;
-std::atomic<uint64_t> g_served{0};
+std::atomic<uint64_t> g_served{0}, g_handed{0};
 thread_local Server* t_server = nullptr;  // set on a server's own thread
 
 // The CPU ids of a sysfs list ("0", "0-1", "0-3,5"); empty if unreadable.
@@ -260,7 +260,10 @@ void* run(void* arg) {
   g_threads++;
   prep_cmd(q, kCmdRegister, 0);
   arm_wake(q);
-  bool live = true;
+  // Stopping, or the connection gone: the thread ends, but not while its entry's request waits
+  // for a reply another thread makes (an advance's, once synced): stop() joining it is then
+  // what waits for that reply, and the callback making it still finds its server serving.
+  bool live = true, ending = false;
   while (live) {
     int r = io_uring_submit_and_wait(&q.ring, 1);
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
@@ -273,17 +276,18 @@ void* run(void* arg) {
       int res = cqe->res;
       io_uring_cqe_seen(&q.ring, cqe);
       if (ud == kWake) {
-        live = !g_stopping.load();
+        ending |= g_stopping.load();
         drain(q);
-        if (live) arm_wake(q);
+        arm_wake(q);
       } else if (res < 0) {
         // ENOTCONN, ECANCELED: the connection is going away.
         if (res != -ENOTCONN && res != -ECANCELED)
           log::error("FUSE ring {}: {}", q.qid, common::errstr(-res));
-        live = false;
+        ending = true;
       } else {
         serve(q);
       }
+      live = !ending || q.unique.load(std::memory_order_acquire) != 0;
     }
   }
   io_uring_submit(&q.ring);  // replies drained at the end (stop() follows the last completions)
@@ -396,6 +400,8 @@ int threads() { return g_threads.load(std::memory_order_relaxed); }
 
 uint64_t served() { return g_served.load(std::memory_order_relaxed); }
 
+uint64_t handed_over() { return g_handed.load(std::memory_order_relaxed); }
+
 ssize_t reply(uint64_t unique, const iovec* iov, int count) {
   Server* q = t_server;
   if (!q || q->unique.load(std::memory_order_relaxed) != unique) {
@@ -438,6 +444,7 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
       std::lock_guard lk(q->mu);
       q->to_commit = std::move(whole);
     }
+    g_handed.fetch_add(1, std::memory_order_relaxed);
     uint64_t one = 1;
     (void)!write(q->efd, &one, sizeof one);
   }

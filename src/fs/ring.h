@@ -32,7 +32,8 @@ bool arm(size_t payload, std::string* why);
 // The INIT reply reached the kernel (it refuses registrations before): each thread registers.
 void go(fuse_session* se, int fd);
 
-// Ends the threads (the kernel did not offer the rings, or the session has ended).
+// Ends the threads (the kernel did not offer the rings, or the session has ended), each once
+// its entry's request has its reply: a reply another thread makes (an advance's) is waited for.
 void stop();
 
 // Whether the ring serves the request `unique`: its reply is then taken here (copied into the
@@ -47,8 +48,10 @@ char* reply_buffer(size_t len);
 
 // Whether the rings were started.
 bool active();
-// Threads serving the rings, and requests they have served (metrics).
+// Threads serving the rings, requests they have served, and replies made on another thread
+// and handed to the entry's (metrics).
 int threads();
 uint64_t served();
+uint64_t handed_over();
 
 }  // namespace fencefs::fs::ring

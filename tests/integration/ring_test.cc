@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -192,8 +193,9 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
 
 // An advance is replied by whichever thread synced its record, and that reply is handed to the
 // ring thread whose entry holds the request. Eight domains advanced at once through two threads
-// per CPU: every caller gets its own reply (each domain ends at its last acknowledged token),
-// and every entry serves again afterwards.
+// per CPU: replies are handed over, every caller gets its own (each domain ends at its last
+// acknowledged token), and no ring thread is left inside a handler. A lost reply would leave its
+// caller waiting: after a minute the daemon is killed, which ends the caller's ioctl.
 TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
   Mount m({"-o", "uring=2"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
@@ -205,10 +207,11 @@ TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
   }
   std::vector<std::thread> ts;
   std::vector<int> failed(kDomains, 0), last(kDomains, 0);
+  std::atomic<int> done{0};
   for (int k = 0; k < kDomains; k++)
     ts.emplace_back([&, k] {
       int fd = open(m.path("d" + std::to_string(k)).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (fd < 0) return void(failed[k] = errno);
+      failed[k] = fd < 0 ? errno : 0;
       for (int e = 1; e <= kAdvances && !failed[k]; e++) {
         fencefs_token t{};
         t.epoch = static_cast<uint64_t>(e);
@@ -217,20 +220,27 @@ TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
         else
           last[k] = e;
       }
-      close(fd);
+      if (fd >= 0) close(fd);
+      done++;
     });
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (done.load() < kDomains && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  bool hung = done.load() < kDomains;
+  if (hung) m.kill9();
   for (auto& t : ts) t.join();
+  ASSERT_FALSE(hung) << "an advance got no reply within a minute";
   std::string text = slurp(m.mnt() + "/.fencefs/metrics");
   for (int k = 0; k < kDomains; k++) {
     EXPECT_EQ(0, failed[k]) << "domain /d" << k << " after " << last[k] << " advances";
     EXPECT_EQ(kAdvances, metric(text, "fencefs_epoch", "domain=\"/d" + std::to_string(k) + "\""))
         << text;
   }
-  EXPECT_GT(metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\""),
-            kDomains * kAdvances)
-      << text;
-  // Every ring thread's entry is back in the kernel's queue, waiting for a request (once the
-  // metrics file's RELEASE, sent after close returns, has been served).
+  std::string mount = "mount=\"" + m.mnt() + "\"";
+  EXPECT_GT(metric(text, "fencefs_fuse_ring_requests_total", mount), kDomains * kAdvances) << text;
+  EXPECT_GT(metric(text, "fencefs_fuse_ring_replies_handed_over_total", mount), 0) << text;
+  // Every ring thread waits in the kernel again (once the metrics file's RELEASE, sent after
+  // close returns, has been served).
   std::pair<int, int> seen;
   for (int t = 0; t < 200; t++) {
     seen = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
@@ -299,8 +309,8 @@ TEST_F(Ring, ADetachedDaemonServesThroughItsRings) {
 }
 
 // An advance still waiting for its journal when the daemon is told to stop is made durable and
-// replied to, as through /dev/fuse: the rings end after it (main: fence.quiesce(), then
-// ring::stop(), which joins the ring thread waiting in it).
+// replied to, as through /dev/fuse: each ring thread ends once its entry's reply is made
+// (main: ring::stop(), which waits for it, then fence.quiesce()).
 TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
   Bait b("ringlate");
   ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
