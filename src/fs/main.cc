@@ -465,7 +465,9 @@ int main(int argc, char* argv[]) {
 
   int ret = serve(se, copts.singlethread != 0);
   // Advances replied to from the journal's thread need the session, and the rings' their entry's
-  // thread: each ring thread ends once its entry's reply is made, then the rest are waited for.
+  // thread: they are waited for while the rings still serve, then each ring thread ends once its
+  // entry's reply is made (an advance taken meanwhile), then the last callbacks are waited for.
+  fence.quiesce();
   fs::ring::stop();
   fence.quiesce();
   filesystem.pagecache.stop();

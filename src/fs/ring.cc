@@ -290,6 +290,7 @@ void* run(void* arg) {
       live = !ending || q.unique.load(std::memory_order_acquire) != 0;
     }
   }
+  drain(q);  // a reply handed over after the last wake, whose eventfd write it has not seen
   io_uring_submit(&q.ring);  // replies drained at the end (stop() follows the last completions)
   g_threads--;
   return nullptr;
@@ -421,9 +422,9 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
     bool placed = i == 1 && p == q->buf + kPrefix;  // written there through reply_buffer()
     inside |= i > 0 && !placed && iov[i].iov_len > 0 && p < hi && p + iov[i].iov_len > lo;
   }
-  q->unique.store(0, std::memory_order_release);
   // A server's thread replies to its entry's request only from inside its handler.
   if (t_server == q && !inside) {
+    q->unique.store(0, std::memory_order_release);
     commit(*q, iov, count);
     return static_cast<ssize_t>(total);
   }
@@ -436,6 +437,7 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
     whole.insert(whole.end(), p, p + iov[i].iov_len);
   }
   if (t_server == q) {
+    q->unique.store(0, std::memory_order_release);
     iovec one[2] = {{whole.data(), sizeof(fuse_out_header)},
                     {whole.data() + sizeof(fuse_out_header), total - sizeof(fuse_out_header)}};
     commit(*q, one, 2);
@@ -444,6 +446,8 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
       std::lock_guard lk(q->mu);
       q->to_commit = std::move(whole);
     }
+    // Only now: an ending thread that sees the request answered finds its reply to drain.
+    q->unique.store(0, std::memory_order_release);
     g_handed.fetch_add(1, std::memory_order_relaxed);
     uint64_t one = 1;
     (void)!write(q->efd, &one, sizeof one);

@@ -193,8 +193,8 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
 
 // An advance is replied by whichever thread synced its record, and that reply is handed to the
 // ring thread whose entry holds the request. Eight domains advanced at once through two threads
-// per CPU: replies are handed over, every caller gets its own (each domain ends at its last
-// acknowledged token), and no ring thread is left inside a handler. A lost reply would leave its
+// per CPU: every caller gets its own reply (each domain ends at its last acknowledged token), and
+// no ring thread is left inside a handler. A lost reply would leave its
 // caller waiting: after a minute the daemon is killed, which ends the caller's ioctl.
 TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
   Mount m({"-o", "uring=2"});
@@ -236,9 +236,9 @@ TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
     EXPECT_EQ(kAdvances, metric(text, "fencefs_epoch", "domain=\"/d" + std::to_string(k) + "\""))
         << text;
   }
-  std::string mount = "mount=\"" + m.mnt() + "\"";
-  EXPECT_GT(metric(text, "fencefs_fuse_ring_requests_total", mount), kDomains * kAdvances) << text;
-  EXPECT_GT(metric(text, "fencefs_fuse_ring_replies_handed_over_total", mount), 0) << text;
+  EXPECT_GT(metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\""),
+            kDomains * kAdvances)
+      << text;
   // Every ring thread waits in the kernel again (once the metrics file's RELEASE, sent after
   // close returns, has been served).
   std::pair<int, int> seen;
@@ -250,6 +250,44 @@ TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
   EXPECT_EQ(ring_threads_for(2), seen.first);
   EXPECT_EQ(seen.first, seen.second);
   EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("after").c_str(), 0755)); }));
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+// An advance that finds the journal busy returns to its ring thread and is replied by the thread
+// that syncs its record: the reply is handed to the entry's thread, which commits it. The
+// journal on a stopped bindfs keeps the first advance's write waiting while the second queues.
+TEST_F(Ring, AnAdvanceSyncedByAnotherThreadIsHandedToItsEntry) {
+  Bait b("ringhand");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  Mount m({"-o", "uring", "-o", "state=" + b.mnt() + "/s"});
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
+  ASSERT_EQ(0, sh(std::string(FENCECTL_BIN) + " domain add '" + m.path("d") + "' >/dev/null"));
+  std::string mount = "mount=\"" + m.mnt() + "\"";
+  long long before = metric(slurp(m.mnt() + "/.fencefs/metrics"),
+                            "fencefs_fuse_ring_replies_handed_over_total", mount);
+  ASSERT_TRUE(freeze(b.pid()));
+  Stuck stuck{b.pid(), {}};
+  for (auto [domain, token] : {std::pair{"/", 2}, std::pair{"/d", 3}}) {
+    pid_t left = -1;
+    EXPECT_EQ(-1,
+              finishes_within(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' " +
+                                  domain + " " + std::to_string(token) + " >/dev/null 2>&1",
+                              300, &left))
+        << "the advance of " << domain << " did not wait for the journal";
+    if (left > 0) stuck.pids.push_back(left);
+  }
+  kill(b.pid(), SIGCONT);
+  for (pid_t p : stuck.pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  }
+  stuck.pids.clear();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_EQ(2, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+  EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/d\"")) << text;
+  EXPECT_GE(metric(text, "fencefs_fuse_ring_replies_handed_over_total", mount), before + 1) << text;
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
@@ -309,8 +347,8 @@ TEST_F(Ring, ADetachedDaemonServesThroughItsRings) {
 }
 
 // An advance still waiting for its journal when the daemon is told to stop is made durable and
-// replied to, as through /dev/fuse: each ring thread ends once its entry's reply is made
-// (main: ring::stop(), which waits for it, then fence.quiesce()).
+// replied to, as through /dev/fuse (main: fence.quiesce() while the rings serve, then
+// ring::stop(), whose threads end once their entry's reply is made).
 TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
   Bait b("ringlate");
   ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
