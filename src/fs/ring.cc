@@ -443,11 +443,13 @@ ssize_t reply(uint64_t unique, const iovec* iov, int count) {
     commit(*q, one, 2);
   } else {
     {
+      // Both under mu: an ending thread that sees the request answered finds its reply to
+      // drain, and once drained (and its entry given a new request) nothing here clears the
+      // new request's id.
       std::lock_guard lk(q->mu);
       q->to_commit = std::move(whole);
+      q->unique.store(0, std::memory_order_release);
     }
-    // Only now: an ending thread that sees the request answered finds its reply to drain.
-    q->unique.store(0, std::memory_order_release);
     g_handed.fetch_add(1, std::memory_order_relaxed);
     uint64_t one = 1;
     (void)!write(q->efd, &one, sizeof one);
