@@ -194,8 +194,8 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
 // An advance is replied by whichever thread synced its record, and that reply is handed to the
 // ring thread whose entry holds the request. Eight domains advanced at once through two threads
 // per CPU: every caller gets its own reply (each domain ends at its last acknowledged token), and
-// no ring thread is left inside a handler. A lost reply would leave its
-// caller waiting: after a minute the daemon is killed, which ends the caller's ioctl.
+// no ring thread is left inside a handler. A lost reply would leave its caller waiting: after a
+// minute the daemon is killed, which ends the caller's ioctl.
 TEST_F(Ring, AdvancesRepliedByTheThreadThatSyncedReachTheirCallers) {
   Mount m({"-o", "uring=2"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
