@@ -434,8 +434,9 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 
 // The state lock last: a daemon waiting for it starts once nothing of this one writes any more.
 Claim::~Claim() {
-  if (released_ && owner_fd_ >= 0 && write_marker(owner_fd_, ""))  // the backing is free
-    keep_marker_reserve(marker_dir_fd_, owner_fd_);
+  // The backing is free; the block kept lets a restart write the marker on a full backing.
+  if (released_ && owner_fd_ >= 0 && write_marker(owner_fd_, "") && !keep_marker_block(owner_fd_))
+    log::debug("the backing's marker keeps no block for the next start: {}", common::errstr(errno));
   if (owner_fd_ >= 0) close(owner_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);
   if (root_lock_fd_ >= 0) {
@@ -455,22 +456,12 @@ bool Claim::publish(std::string* error) {
     return false;
   std::string text = self_owner(req_.mountpoint, req_.state).encode();
   for (int fd : {owner_fd_, state_fd_}) {
-    if (fd >= 0 && !(fd == owner_fd_ ? write_owner(text) : write_marker(fd, text))) {
+    if (fd >= 0 && !write_marker(fd, text)) {
       *error = fmt::format("cannot write the mount marker: {}", common::errstr(errno));
       return false;
     }
   }
-  if (owner_fd_ >= 0) created_reserve_ |= keep_marker_reserve(marker_dir_fd_, owner_fd_);
   return true;
-}
-
-bool Claim::write_owner(const std::string& text) {
-  bool took = false;
-  bool ok = write_marker_or_reserve(marker_dir_fd_, owner_fd_, text, &took);
-  if (took)
-    log::warn("backing {} is full: its mount marker takes the block kept for it ({}/.fencefs/{})",
-              req_.backing, req_.backing, kMarkerReserve);
-  return ok;
 }
 
 void Claim::release_at_exit() { released_ = true; }
@@ -480,14 +471,13 @@ void Claim::abandon() {
   // Unlinked while still locked, so nobody else locks a file about to disappear unnoticed.
   if (created_owner_ && marker_dir_fd_ >= 0) unlinkat(marker_dir_fd_, "owner", 0);
   if (created_state_lock_ && state_dir_fd_ >= 0) unlinkat(state_dir_fd_, "lock", 0);
-  if (created_reserve_ && marker_dir_fd_ >= 0) unlinkat(marker_dir_fd_, kMarkerReserve, 0);
   if (created_marker_dir_) rmdir(dir.c_str());
   if (!created_owner_ && owner_fd_ >= 0) write_marker(owner_fd_, previous_text_);
   // Unless a member starting meanwhile wrote it again: that member's marker stays.
   if (!written_text_.empty() && shared_owner_fd_ >= 0 &&
       slurp_fd(shared_owner_fd_) == written_text_)
     write_marker(shared_owner_fd_, previous_text_);
-  created_owner_ = created_state_lock_ = created_marker_dir_ = created_reserve_ = false;
+  created_owner_ = created_state_lock_ = created_marker_dir_ = false;
   if (root_lock_fd_ >= 0) unlink_backing_identity(root_lock_fd_, root_lock_name_);
   for (int* fd : {&owner_fd_, &state_fd_, &shared_owner_fd_, &marker_dir_fd_, &state_dir_fd_,
                   &root_lock_fd_}) {

@@ -74,7 +74,6 @@ class Claim {
   Claim() = default;
   bool check_marker(const std::string& text, std::string* error);
   bool write_shared_marker(std::string* error);  // a cluster member's marker naming this process
-  bool write_owner(const std::string& text);     // the marker, into the reserve if the disk is full
   Request req_;
   int state_dir_fd_ = -1;
   int state_fd_ = -1;  // the state lock
@@ -87,7 +86,6 @@ class Claim {
   bool released_ = false;
   bool created_owner_ = false;
   bool created_marker_dir_ = false;
-  bool created_reserve_ = false;
   std::optional<Owner> previous_;
   std::string previous_text_;  // the marker as found, restored by abandon()
   std::string written_text_;   // the cluster marker this claim wrote (empty: none)

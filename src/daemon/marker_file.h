@@ -1,5 +1,4 @@
-// The marker files of a claim (BACKING/.fencefs/owner, STATE/lock): whole rewrites, and the block
-// kept for the backing's marker so that a full backing can still be mounted.
+// The marker files of a claim (BACKING/.fencefs/owner, STATE/lock).
 #pragma once
 #include <string>
 
@@ -9,15 +8,9 @@ namespace fencefs::daemon {
 // free backing) while one is being rewritten. False with errno.
 bool write_marker(int fd, const std::string& text);
 
-// The reserve's name in BACKING/.fencefs.
-inline constexpr const char* kMarkerReserve = "owner.reserve";
-
-// write_marker, and when the file system is full, again once the reserve in DIRFD has been
-// emptied (*took: it was). False with errno.
-bool write_marker_or_reserve(int dirfd, int fd, const std::string& text, bool* took);
-
-// Allocates the reserve in DIRFD (a block of the size LIKE_FD's file system writes) unless it
-// holds one already. Best effort; true when it allocated one now.
-bool keep_marker_reserve(int dirfd, int like_fd);
+// Keeps a block allocated past the end of an emptied marker (fallocate, FALLOC_FL_KEEP_SIZE), so
+// that the next start can write it on a backing that filled up meanwhile. Best effort: false
+// where the file system has no room or no fallocate.
+bool keep_marker_block(int fd);
 
 }  // namespace fencefs::daemon
