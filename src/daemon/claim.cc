@@ -434,8 +434,8 @@ bool Claim::check_marker(const std::string& text, std::string* error) {
 
 // The state lock last: a daemon waiting for it starts once nothing of this one writes any more.
 Claim::~Claim() {
-  // The backing is free; the block kept lets a restart write the marker on a full backing.
-  if (released_ && owner_fd_ >= 0 && write_marker(owner_fd_, "") && !keep_marker_block(owner_fd_))
+  // The backing is free; the blocks kept let a restart write the marker on a full backing.
+  if (bool kept; released_ && owner_fd_ >= 0 && empty_marker(owner_fd_, &kept) && !kept)
     log::debug("the backing's marker keeps no block for the next start: {}", common::errstr(errno));
   if (owner_fd_ >= 0) close(owner_fd_);
   if (shared_owner_fd_ >= 0) close(shared_owner_fd_);

@@ -4,8 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
-
 namespace fencefs::daemon {
 
 bool write_marker(int fd, const std::string& text) {
@@ -18,14 +16,16 @@ bool write_marker(int fd, const std::string& text) {
   return ftruncate(fd, static_cast<off_t>(text.size())) == 0 && fsync(fd) == 0;
 }
 
-// Emptying the marker freed its block (the sync made it free again on ext4 and XFS, whose
-// journals hold freed blocks until they commit); the marker written at the next start goes into
-// the range kept here and needs no new one.
-bool keep_marker_block(int fd) {
+// Emptying frees the text's blocks (once the sync has committed the free, on ext4), and the same
+// length is taken back at once: exactly that, for there may be nothing more free. The marker
+// written at the next start goes into the range kept and needs no new block.
+bool empty_marker(int fd, bool* kept) {
   struct stat st;
-  return fstat(fd, &st) == 0 &&
-         fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, std::max<blksize_t>(st.st_blksize, 4096)) == 0 &&
-         fsync(fd) == 0;
+  off_t was = fstat(fd, &st) == 0 ? st.st_size : 0;
+  *kept = false;
+  if (!write_marker(fd, "")) return false;
+  *kept = was > 0 && fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, was) == 0 && fsync(fd) == 0;
+  return true;
 }
 
 }  // namespace fencefs::daemon

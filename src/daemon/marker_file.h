@@ -8,9 +8,10 @@ namespace fencefs::daemon {
 // free backing) while one is being rewritten. False with errno.
 bool write_marker(int fd, const std::string& text);
 
-// Keeps a block allocated past the end of an emptied marker (fallocate, FALLOC_FL_KEEP_SIZE), so
-// that the next start can write it on a backing that filled up meanwhile. Best effort: false
-// where the file system has no room or no fallocate.
-bool keep_marker_block(int fd);
+// Empties the marker but keeps allocated (fallocate, FALLOC_FL_KEEP_SIZE) the blocks its text
+// took, so that the next start can write it on a backing that filled up meanwhile. False with
+// errno if it could not be emptied; *kept: the blocks are kept (best effort: not where the file
+// system has no fallocate, or another writer took them first).
+bool empty_marker(int fd, bool* kept);
 
 }  // namespace fencefs::daemon
