@@ -75,6 +75,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
                        N threads per CPU (default 16 in all, at least 2 per CPU): a reply and
                        the next request are one system call. Needs `echo Y > /sys/module/fuse/parameters/enable_uring`;
                        without it (logged) requests come through /dev/fuse as by default
+    readahead=KIB      read ahead up to KIB KiB of a file read in sequence (4 to 1024, default
+                       1024: one READ per MiB); 0 leaves the kernel's 128 KiB
 
 A backing and a state directory are served by one daemon at a time: a second fencefs on
 either refuses to start (see `man fencefs`, "One daemon per backing").
@@ -156,6 +158,7 @@ const fuse_opt kSpecs[] = {{"state=%s", offsetof(Args, state), 0},
                            {"list_xattrs", offsetof(Args, list_xattrs), 1},
                            {"uring=%s", offsetof(Args, uring), 0},
                            {"uring", offsetof(Args, uring_flag), 1},
+                           {"readahead=%s", offsetof(Args, readahead), 0},
                            FUSE_OPT_KEY("-h", KEY_HELP),
                            FUSE_OPT_KEY("--help", KEY_HELP),
                            FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -420,6 +423,12 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   if (a.uring) fopts.uring = static_cast<int>(parse_u64(a.uring, "uring", 1, 64));
   if (fopts.uring && copts.singlethread)
     die("uring serves requests on threads of its own: not with -s");
+  if (a.readahead) {
+    // Above the INIT reply's max_readahead (1 MiB) the kernel would clamp it anyway.
+    o.readahead_kib = static_cast<unsigned>(parse_u64(a.readahead, "readahead", 0, 1024));
+    if (o.readahead_kib > 0 && o.readahead_kib < 4) die("readahead=: 0, or 4 to 1024 (KiB)");
+    o.readahead_given = true;
+  }
   if (cluster_mode) {
     cluster_opts = cluster_options(a, backing, mnt, state);
     // Other members change BACKING behind this kernel's caches: none by default.

@@ -41,6 +41,7 @@ struct Args {
   char* lease_ttl = nullptr;
   char* isolation = nullptr;
   char* uring = nullptr;
+  char* readahead = nullptr;
   int uring_flag = 0;
   int init = 0;
   int verbose = 0;
@@ -60,7 +61,7 @@ struct Args {
          {state,      max_jump, issuers,   token_key,  floor,       timeout,   audit_max_bytes,
           audit_keep, log,      log_level, pidfile,    cluster,     etcd,      etcd_cacert,
           etcd_cert,  etcd_key, member,    fence_hook, ack_timeout, lease_ttl, isolation,
-          uring})
+          uring,      readahead})
       free(s);
   }
 };
@@ -79,6 +80,8 @@ struct Settings {
   fs::Options fopts;
   std::optional<cluster::Options> cluster_opts;
   uint64_t floor_opt = 0;
+  unsigned readahead_kib = 1024;  // 0: the kernel's default
+  bool readahead_given = false;
 };
 // Every option checked (dies with the reason on the first that is wrong).
 Settings check_options(const Args& a, const fuse_cmdline_opts& copts);

@@ -602,7 +602,8 @@ TEST(Options, MalformedOptionsAreRefusedAndLeaveNoTrace) {
       "floor=-5",         "audit_max_bytes=0",    "audit_max_bytes=1k",
       "audit_keep=many",  "audit_keep=-1",        "log_level=loud",
       "log=relative.log", "pidfile=relative.pid", "pidfile=/nonexistent-dir/x.pid",
-      "issuers=uid:abc",  "no_such_option",       "state=" + m.bpath("inside")};
+      "issuers=uid:abc",  "no_such_option",       "readahead=2048",
+      "readahead=2",      "readahead=big",        "state=" + m.bpath("inside")};
   for (const std::string& opt : bad) {
     for (const std::string& backing : {m.backing(), fresh}) {
       if (opt.rfind("state=", 0) == 0 && backing == fresh) continue;  // inside m.backing() only

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -374,4 +375,39 @@ TEST(ReadCache, LargeReadsFaultInNoFreshBuffer) {
   EXPECT_LT(faults, kReads * 256 / 4)
       << faults << " minor faults in the daemon for " << kReads << " READs of 1 MiB";
   free(buf);
+}
+
+// The read-ahead of the mount's backing device info in sysfs, in KiB ("" when unreadable).
+std::string readahead_kb(const Mount& m) {
+  struct stat st;
+  if (stat(m.mnt().c_str(), &st) != 0) return "";
+  std::string v = slurp("/sys/class/bdi/" + std::to_string(major(st.st_dev)) + ":" +
+                        std::to_string(minor(st.st_dev)) + "/read_ahead_kb");
+  while (!v.empty() && v.back() == '\n') v.pop_back();
+  return v;
+}
+
+// A file read in sequence (cp, tar, rsync) is read ahead a MiB per READ by default (readahead=):
+// the kernel's own 128 KiB costs eight round trips through the daemon per MiB.
+TEST(ReadCache, ASequentialReadAsksForAMebibytePerRead) {
+  constexpr size_t kMiB = 16;
+  std::string want(kMiB << 20, '\0');
+  for (size_t i = 0; i < want.size(); i += 4096) want[i] = static_cast<char>(i / 4096);
+  for (std::string opt : {"", "readahead=0"}) {
+    SCOPED_TRACE(opt.empty() ? "default" : opt);
+    Mount m(opt.empty() ? std::vector<std::string>{} : std::vector<std::string>{"-o", opt});
+    ASSERT_TRUE(m.mounted());
+    spit(m.bpath("seq"), want);  // never read through the mount: nothing of it is cached
+    std::string got;
+    long long n = reads_to_read(m, "seq", &got);
+    EXPECT_TRUE(got == want) << got.size() << " bytes read of " << want.size();
+    if (opt.empty()) {
+      EXPECT_EQ("1024", readahead_kb(m));
+      // One per MiB, and a few while the kernel's window grows from the first small read.
+      EXPECT_LE(n, static_cast<long long>(kMiB) + 6);
+    } else {
+      EXPECT_EQ("128", readahead_kb(m));  // the kernel's default, as without fencefs' choice
+      EXPECT_GE(n, static_cast<long long>(kMiB) * 8);
+    }
+  }
 }
