@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace fencefs::daemon {
 
@@ -33,7 +34,25 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
   return found;
 }
 
-bool set_readahead(const std::string& dir, unsigned kib, std::string* error) {
+namespace {
+
+// Whether FS is the fencefs mount of BACKING at DIR made by this process' user.
+bool ours(libmnt_fs* fs, const std::string& dir, const std::string& backing) {
+  const char* target = mnt_fs_get_target(fs);
+  const char* type = mnt_fs_get_fstype(fs);
+  const char* source = mnt_fs_get_source(fs);
+  char* uid = nullptr;
+  size_t len = 0;
+  if (!target || !type || !source || dir != target || strcmp(type, "fuse.fencefs") != 0 ||
+      backing != source || mnt_fs_get_option(fs, "user_id", &uid, &len) != 0 || !uid)
+    return false;
+  return std::string_view(uid, len) == std::to_string(geteuid());
+}
+
+}  // namespace
+
+bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
+                   std::string* error) {
   // The device of the last mount at DIR: stat(DIR) would wait for the INIT not yet answered.
   libmnt_table* tb = mnt_new_table_from_file("/proc/self/mountinfo");
   if (!tb) {
@@ -43,27 +62,33 @@ bool set_readahead(const std::string& dir, unsigned kib, std::string* error) {
   // Compared as strings: libmount's lookups canonicalize, which would stat DIR too.
   libmnt_iter* it = mnt_new_iter(MNT_ITER_BACKWARD);
   libmnt_fs* fs = nullptr;
-  while (mnt_table_next_fs(tb, it, &fs) == 0) {
-    const char* target = mnt_fs_get_target(fs);
-    if (target && dir == target) break;
-    fs = nullptr;
-  }
+  while (mnt_table_next_fs(tb, it, &fs) == 0 && !ours(fs, dir, backing)) fs = nullptr;
   mnt_free_iter(it);
-  const char* type = fs ? mnt_fs_get_fstype(fs) : nullptr;
-  bool fuse = type && strncmp(type, "fuse", 4) == 0;
   dev_t dev = fs ? mnt_fs_get_devno(fs) : 0;
   mnt_unref_table(tb);
-  if (!fuse) {
-    *error = fmt::format("no FUSE mount at {}", dir);
+  if (!dev) {
+    *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
     return false;
   }
   std::string knob = fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", major(dev), minor(dev));
   std::string value = fmt::format("{}\n", kib);
   int fd = open(knob.c_str(), O_WRONLY | O_CLOEXEC);
-  bool ok = fd >= 0 && write(fd, value.data(), value.size()) == static_cast<ssize_t>(value.size());
+  ssize_t n = fd >= 0 ? write(fd, value.data(), value.size()) : -1;
+  if (n >= 0 && n != static_cast<ssize_t>(value.size())) errno = EIO;
+  bool ok = n == static_cast<ssize_t>(value.size());
   if (!ok) *error = fmt::format("{}: {}", knob, common::errstr(errno));
   if (fd >= 0) close(fd);
   return ok;
+}
+
+void apply_readahead(const std::string& dir, const std::string& backing, unsigned kib, bool asked) {
+  std::string why;
+  if (kib == 0 || set_readahead(dir, backing, kib, &why)) return;
+  auto level = asked ? log::Level::Warn : log::Level::Info;
+  if (log::enabled(level))
+    log::write(level, fmt::format("cannot set the mount's read-ahead to {} KiB ({}): the "
+                                  "kernel's 128 KiB applies",
+                                  kib, why));
 }
 
 std::optional<bool> dir_has_entries(const std::string& dir, std::string* error) {

@@ -10,10 +10,15 @@ namespace fencefs::daemon {
 // cannot be read.
 std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
                                   const std::string& table = "/proc/self/mountinfo");
-// Sets the read-ahead (KiB) of the FUSE mount on top at the canonical path DIR, through its
-// backing device info in sysfs (root only). Before INIT is answered: the kernel then lowers it to
-// the reply's max_readahead, never raises it. false with *error when it could not.
-bool set_readahead(const std::string& dir, unsigned kib, std::string* error);
+// Sets the read-ahead (KiB) of this daemon's mount at the canonical path DIR of BACKING, through
+// its backing device info in sysfs (root only): the newest fuse.fencefs mount there of BACKING
+// whose user_id is this process' uid, so never a mount someone else made at that path. Before
+// INIT is answered: the kernel then lowers it to the reply's max_readahead, never raises it.
+// false with *error when it could not.
+bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
+                   std::string* error);
+// set_readahead, and why not in the log when it could not: a warning when the option was given.
+void apply_readahead(const std::string& dir, const std::string& backing, unsigned kib, bool asked);
 // Whether the directory DIR holds any entry besides . and ..; nullopt (with *error) when it
 // cannot be read.
 std::optional<bool> dir_has_entries(const std::string& dir, std::string* error);

@@ -75,8 +75,8 @@ fencefs options (-o NAME=VALUE, comma-separated):
                        N threads per CPU (default 16 in all, at least 2 per CPU): a reply and
                        the next request are one system call. Needs `echo Y > /sys/module/fuse/parameters/enable_uring`;
                        without it (logged) requests come through /dev/fuse as by default
-    readahead=KIB      read ahead up to KIB KiB of a file read in sequence (4 to 1024, default
-                       1024: one READ per MiB); 0 leaves the kernel's 128 KiB
+    readahead=KIB      read ahead up to KIB KiB of a file read in sequence (a page to 1024,
+                       default 1024: one READ per MiB); 0 leaves the kernel's 128 KiB
 
 A backing and a state directory are served by one daemon at a time: a second fencefs on
 either refuses to start (see `man fencefs`, "One daemon per backing").
@@ -426,7 +426,10 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   if (a.readahead) {
     // Above the INIT reply's max_readahead (1 MiB) the kernel would clamp it anyway.
     o.readahead_kib = static_cast<unsigned>(parse_u64(a.readahead, "readahead", 0, 1024));
-    if (o.readahead_kib > 0 && o.readahead_kib < 4) die("readahead=: 0, or 4 to 1024 (KiB)");
+    // The kernel keeps whole pages: less than one would turn read-ahead off.
+    unsigned page_kib = static_cast<unsigned>(sysconf(_SC_PAGESIZE) / 1024);
+    if (o.readahead_kib > 0 && o.readahead_kib < page_kib)
+      die(fmt::format("readahead=: 0, or {} (a page) to 1024 KiB", page_kib));
     o.readahead_given = true;
   }
   if (cluster_mode) {

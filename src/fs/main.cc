@@ -443,9 +443,7 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  if (std::string why; o.readahead_kib && !daemon::set_readahead(mnt, o.readahead_kib, &why))
-    log::warn("cannot set the mount's read-ahead to {} KiB ({}): the kernel's 128 KiB applies",
-              o.readahead_kib, why);
+  daemon::apply_readahead(mnt, backing, o.readahead_kib, o.readahead_given);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
