@@ -72,7 +72,7 @@ fencefs options (-o NAME=VALUE, comma-separated):
     list_xattrs        list the user.fencefs.* attributes in listxattr (getfattr -d); off by
                        default: rsync -X would try to remove them on every file it copies
     uring, uring=N     take requests through io_uring (FUSE over io_uring, Linux 6.14+) with
-                       N threads per CPU (default 16 in all, at least 2 per CPU): a reply and
+                       N threads per CPU (default 16, fewer past 64 in all, at least 2): a reply and
                        the next request are one system call. Needs `echo Y > /sys/module/fuse/parameters/enable_uring`;
                        without it (logged) requests come through /dev/fuse as by default
     readahead=KIB      read ahead up to KIB KiB of a file read in sequence (a page to 1024,

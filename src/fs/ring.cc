@@ -55,9 +55,12 @@ static_assert(sizeof(ReqHeader) == 288);
 constexpr size_t kPrefix = 4096;
 constexpr uint64_t kWake = 1;   // user_data of the eventfd read (the entry's is 0)
 constexpr uint64_t kEntry = 0;  // user_data of the entry's commands
-// Threads in all by default, as many as the /dev/fuse loop may run (fs/loop.cc): a request whose
-// reply waits (an advance's fdatasync) keeps its thread's entry until then.
-constexpr int kDefaultThreads = 16;
+// By default callers on one CPU get as many requests served at once as the /dev/fuse loop serves
+// from anywhere (fs/loop.cc), within kMaxDefaultThreads in all: a request whose reply waits (an
+// advance's fdatasync) keeps its thread's entry until then, so with fewer, advances from callers
+// crowded on one CPU wait for an entry instead of joining the next sync.
+constexpr int kDefaultPerCpu = 16;
+constexpr int kMaxDefaultThreads = 64;
 
 // One thread with its own io_uring and one entry of a CPU's queue. A thread serving a request
 // has no entry left waiting in the kernel, so the queue's next request goes to another thread
@@ -314,7 +317,7 @@ bool prepare(int per_cpu, std::string* why) {
   }
   if (per_cpu <= 0) {
     int n = std::max<int>(1, static_cast<int>(online.size()));
-    per_cpu = std::max(2, (kDefaultThreads + n - 1) / n);
+    per_cpu = std::clamp((kMaxDefaultThreads + n - 1) / n, 2, kDefaultPerCpu);
   }
   for (int cpu : possible) {
     bool on = std::find(online.begin(), online.end(), cpu) != online.end() || online.empty();

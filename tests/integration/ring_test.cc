@@ -54,14 +54,19 @@ std::vector<int> cpus(const std::string& path) {
   return ids;
 }
 
+// Ring threads per online CPU by default: 16, fewer past 64 in all, at least 2.
+int default_per_cpu() {
+  const int n_online = static_cast<int>(cpus("/sys/devices/system/cpu/online").size());
+  return std::clamp((64 + n_online - 1) / n_online, 2, 16);
+}
+
 // Ring threads for per_cpu: per_cpu on each online CPU, one on each possible CPU not online
-// (the kernel wants an entry on every possible CPU's queue). 0: the default, 16 in all, at
-// least 2 per online CPU.
+// (the kernel wants an entry on every possible CPU's queue). 0: the default, 16 per online CPU,
+// fewer past 64 in all, at least 2.
 long long ring_threads_for(int per_cpu) {
   std::vector<int> possible = cpus("/sys/devices/system/cpu/possible");
   std::vector<int> online = cpus("/sys/devices/system/cpu/online");
-  const int n_online = static_cast<int>(online.size());
-  if (per_cpu == 0) per_cpu = std::max(2, (16 + n_online - 1) / n_online);
+  if (per_cpu == 0) per_cpu = default_per_cpu();
   long long n = 0;
   for (int c : possible) n += std::count(online.begin(), online.end(), c) ? per_cpu : 1;
   return n;
@@ -188,6 +193,51 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   stuck.pids.clear();
   std::string text = slurp(m.mnt() + "/.fencefs/metrics");
   EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+  EXPECT_EQ(0, m.unmount()) << m.daemon_log();
+}
+
+// By default a CPU's queue has as many threads as the /dev/fuse loop serves requests at once (16,
+// on a machine of up to 4 CPUs): callers on one CPU with 15 requests blocked in the daemon still
+// have the 16th served. With 8 per CPU (the default before), 16 advances from one CPU could not
+// all wait for the same sync.
+TEST_F(Ring, ByDefaultOneCpusCallersAreServedAsManyAtOnceAsThroughDevFuse) {
+  const long long per_cpu = default_per_cpu();
+  if (cpus("/sys/devices/system/cpu/online").size() <= 4) {
+    ASSERT_EQ(16, per_cpu);
+  }
+  Bait b("ringdefault");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  Mount m({"-o", "uring", "-o", "state=" + b.mnt() + "/s"});
+  Stuck stuck{b.pid(), {}};
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
+  ASSERT_TRUE(freeze(b.pid()));
+  // The first advance blocks in the journal's write, the others in their handlers for its lock.
+  for (long long k = 1; k < per_cpu; k++) {
+    pid_t left = -1;
+    std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
+                      "' / " + std::to_string(k) + " >/dev/null 2>&1";
+    EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
+    if (left > 0) stuck.pids.push_back(left);
+  }
+  auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
+  EXPECT_EQ(ring_threads_for(0), ring_threads);
+  EXPECT_EQ(ring_threads - (per_cpu - 1), idle);
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
+                               10000, &left))
+      << "a request from CPU 0 waited behind the " << per_cpu - 1 << " blocked on CPU 0's queue";
+  if (left > 0) stuck.pids.push_back(left);
+  kill(b.pid(), SIGCONT);
+  for (pid_t p : stuck.pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    // 201: a lower token's advance that got the lock after a higher one (ESTALE).
+    EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
+  }
+  stuck.pids.clear();
+  EXPECT_EQ(per_cpu - 1,
+            metric(slurp(m.mnt() + "/.fencefs/metrics"), "fencefs_epoch", "domain=\"/\""));
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
