@@ -72,7 +72,7 @@ fencefs options (-o NAME=VALUE, comma-separated):
     list_xattrs        list the user.fencefs.* attributes in listxattr (getfattr -d); off by
                        default: rsync -X would try to remove them on every file it copies
     uring, uring=N     take requests through io_uring (FUSE over io_uring, Linux 6.14+) with
-                       N threads per CPU (default 16, fewer past 64 in all, at least 2): a reply and
+                       N threads per CPU (default 16 up to 4 CPUs, 64 in all up to 32): a reply and
                        the next request are one system call. Needs `echo Y > /sys/module/fuse/parameters/enable_uring`;
                        without it (logged) requests come through /dev/fuse as by default
     readahead=KIB      read ahead up to KIB KiB of a file read in sequence (a page to 1024,
@@ -419,7 +419,7 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   fopts.state_dir = state;
   fopts.mountpoint = mnt;
   fopts.list_xattrs = a.list_xattrs != 0;
-  if (a.uring_flag) fopts.uring = -1;  // ring.h: as many as the /dev/fuse loop in all
+  if (a.uring_flag) fopts.uring = -1;  // ring.h: the default per CPU
   if (a.uring) fopts.uring = static_cast<int>(parse_u64(a.uring, "uring", 1, 64));
   if (fopts.uring && copts.singlethread)
     die("uring serves requests on threads of its own: not with -s");

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "fence/stamp.h"
 #include "fs/fs.h"
+#include "fs/ring.h"
 
 namespace fencefs::fs {
 namespace {
@@ -46,6 +47,7 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   getrlimit(RLIMIT_NOFILE, &rl);
   // Leave room for open files, directories, pidfds and the journal.
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
+  if (opts_.uring != 0) limit -= std::min(limit / 2, ring::fds_needed(opts_.uring));
   fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
   budget_ = std::make_unique<FdBudget>(limit);
   fence_.set_before_advance([this](Domain& d, Epoch old) { stamp_writers(d, old); });

@@ -56,9 +56,10 @@ constexpr size_t kPrefix = 4096;
 constexpr uint64_t kWake = 1;   // user_data of the eventfd read (the entry's is 0)
 constexpr uint64_t kEntry = 0;  // user_data of the entry's commands
 // By default callers on one CPU get as many requests served at once as the /dev/fuse loop serves
-// from anywhere (fs/loop.cc), within kMaxDefaultThreads in all: a request whose reply waits (an
-// advance's fdatasync) keeps its thread's entry until then, so with fewer, advances from callers
-// crowded on one CPU wait for an entry instead of joining the next sync.
+// from anywhere (fs/loop.cc), within kMaxDefaultThreads in all up to 32 CPUs (at least 2 per CPU):
+// a request whose reply waits (an advance's fdatasync) keeps its thread's entry until then, so with
+// fewer, advances from callers crowded on one CPU wait for an entry instead of joining the next
+// sync.
 constexpr int kDefaultPerCpu = 16;
 constexpr int kMaxDefaultThreads = 64;
 
@@ -306,22 +307,42 @@ size_t payload_size(uint32_t max_write, uint32_t max_pages) {
   return std::max<size_t>({8192, max_write, max_pages * page});
 }
 
-bool prepare(int per_cpu, std::string* why) {
-  // The kernel makes a queue for every possible CPU and uses the rings once each has an entry;
-  // a CPU not online (a hotplug slot) runs no caller: one thread there.
+namespace {
+
+// The threads prepare(per_cpu) starts, by CPU. The kernel makes a queue for every possible CPU
+// and uses the rings once each has an entry; a CPU not online (a hotplug slot) runs no caller:
+// one thread there.
+std::vector<std::pair<int, int>> plan(int* per_cpu) {
   std::vector<int> possible = cpu_list("/sys/devices/system/cpu/possible");
   std::vector<int> online = cpu_list("/sys/devices/system/cpu/online");
-  if (possible.empty()) {
+  if (*per_cpu <= 0) {
+    int n = std::max<int>(1, static_cast<int>(online.size()));
+    *per_cpu = std::clamp(kMaxDefaultThreads / n, 2, kDefaultPerCpu);
+  }
+  std::vector<std::pair<int, int>> out;
+  for (int cpu : possible) {
+    bool on = std::find(online.begin(), online.end(), cpu) != online.end() || online.empty();
+    out.emplace_back(cpu, on ? *per_cpu : 1);
+  }
+  return out;
+}
+
+}  // namespace
+
+size_t fds_needed(int per_cpu) {
+  size_t n = 0;
+  for (auto cpu : plan(&per_cpu)) n += static_cast<size_t>(cpu.second);
+  return 2 * n;  // its io_uring and its eventfd
+}
+
+bool prepare(int per_cpu, std::string* why) {
+  auto cpus = plan(&per_cpu);
+  if (cpus.empty()) {
     *why = "cannot read /sys/devices/system/cpu/possible";
     return false;
   }
-  if (per_cpu <= 0) {
-    int n = std::max<int>(1, static_cast<int>(online.size()));
-    per_cpu = std::clamp((kMaxDefaultThreads + n - 1) / n, 2, kDefaultPerCpu);
-  }
-  for (int cpu : possible) {
-    bool on = std::find(online.begin(), online.end(), cpu) != online.end() || online.empty();
-    for (int k = 0; k < (on ? per_cpu : 1); k++) {
+  for (auto [cpu, count] : cpus) {
+    for (int k = 0; k < count; k++) {
       g_servers.push_back(std::make_unique<Server>());
       g_servers.back()->qid = cpu;
     }

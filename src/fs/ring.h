@@ -17,11 +17,13 @@ namespace fencefs::fs::ring {
 // Payload bytes a ring entry must hold for this connection (the kernel refuses smaller).
 size_t payload_size(uint32_t max_write, uint32_t max_pages);
 
-// Starts per_cpu threads for each online CPU's queue (per_cpu <= 0: 16 per CPU, fewer past 64 in
-// all, at least 2), one for each possible CPU not online, waiting for go(). On the daemon's main
-// thread, before the session loop: a thread started by a FUSE worker would share that worker's
-// umask (common/umask.h). False with the reason if they could not start.
+// Starts per_cpu threads for each online CPU's queue (per_cpu <= 0: 16 per CPU up to 4 CPUs,
+// 64 in all up to 32, then 2 per CPU), one for each possible CPU not online, waiting for go(). On
+// the daemon's main thread, before the session loop: a thread started by a FUSE worker would share
+// that worker's umask (common/umask.h). False with the reason if they could not start.
 bool prepare(int per_cpu, std::string* why);
+// The fds prepare(per_cpu) would take, for the daemon's fd budget.
+size_t fds_needed(int per_cpu);
 
 // Before the INIT reply asks for the rings: each thread's io_uring and entry of `payload` bytes
 // (the kernel refuses entries smaller than its payload size). Once the reply has asked, the
