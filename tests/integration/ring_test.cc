@@ -154,6 +154,38 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
+// Advances 1..n of / from callers on CPU 0, each left blocked in the daemon (the first in the
+// journal's write on a stopped bait, the others waiting for the domain's lock).
+void block_advances(const Mount& m, long long n, Stuck& stuck) {
+  for (long long k = 1; k <= n; k++) {
+    pid_t left = -1;
+    std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
+                      "' / " + std::to_string(k) + " >/dev/null 2>&1";
+    EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
+    if (left > 0) stuck.pids.push_back(left);
+  }
+}
+
+// A request from CPU 0 is served past the n blocked advances; then the bait runs again and every
+// advance ends, the domain at epoch n.
+void served_past_then_released(const Mount& m, Stuck& stuck, long long n) {
+  pid_t left = -1;
+  EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
+                               10000, &left))
+      << "a request from CPU 0 waited behind the " << n << " blocked on CPU 0's queue";
+  if (left > 0) stuck.pids.push_back(left);
+  kill(stuck.bait, SIGCONT);
+  for (pid_t p : stuck.pids) {
+    int st = 0;
+    waitpid(p, &st, 0);
+    // 201: a lower token's advance that got the lock after a higher one (ESTALE).
+    EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
+  }
+  stuck.pids.clear();
+  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
+  EXPECT_EQ(n, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+}
+
 TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   // As Workers.RequestsBlockedInTheDaemonDoNotHoldUpOthers: the journal on a bindfs mount whose
   // daemon is stopped blocks the first advance in its write, and the next advances of the domain
@@ -167,32 +199,12 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
   ASSERT_TRUE(freeze(b.pid()));
-  for (int k = 1; k <= 3; k++) {
-    pid_t left = -1;
-    std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
-                      "' / " + std::to_string(k) + " >/dev/null 2>&1";
-    EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
-    if (left > 0) stuck.pids.push_back(left);
-  }
+  block_advances(m, 3, stuck);
   // The three later advances hold three ring threads (waiting for the domain's lock).
   auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
   EXPECT_EQ(ring_threads_for(4), ring_threads);  // uring=4
   EXPECT_EQ(ring_threads - 3, idle);
-  pid_t left = -1;
-  EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
-                               10000, &left))
-      << "a request from CPU 0 waited behind the three blocked on CPU 0's queue";
-  if (left > 0) stuck.pids.push_back(left);
-  kill(b.pid(), SIGCONT);
-  for (pid_t p : stuck.pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    // 201: a lower token's advance that got the lock after a higher one (ESTALE).
-    EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
-  }
-  stuck.pids.clear();
-  std::string text = slurp(m.mnt() + "/.fencefs/metrics");
-  EXPECT_EQ(3, metric(text, "fencefs_epoch", "domain=\"/\"")) << text;
+  served_past_then_released(m, stuck, 3);
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
@@ -217,13 +229,7 @@ TEST_F(Ring, ByDefaultOneCpusCallersAreServedAsManyAtOnceAsThroughDevFuse) {
   }
   ASSERT_TRUE(freeze(b.pid()));
   // The first advance blocks in the journal's write, the others in their handlers for its lock.
-  for (long long k = 1; k < per_cpu; k++) {
-    pid_t left = -1;
-    std::string cmd = "taskset -c 0 " + std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
-                      "' / " + std::to_string(k) + " >/dev/null 2>&1";
-    EXPECT_EQ(-1, finishes_within(cmd, 200, &left)) << "advance " << k << " did not block";
-    if (left > 0) stuck.pids.push_back(left);
-  }
+  block_advances(m, per_cpu - 1, stuck);
   // Each blocked advance holds its ring thread once its handler runs (which may lag its start).
   std::pair<int, int> seen;
   for (int t = 0; t < 300; t++) {
@@ -233,21 +239,7 @@ TEST_F(Ring, ByDefaultOneCpusCallersAreServedAsManyAtOnceAsThroughDevFuse) {
   }
   EXPECT_EQ(ring_threads_for(0), seen.first);
   EXPECT_EQ(seen.first - (per_cpu - 1), seen.second);
-  pid_t left = -1;
-  EXPECT_EQ(0, finishes_within("taskset -c 0 cat '" + m.mnt() + "/.fencefs/metrics' >/dev/null",
-                               10000, &left))
-      << "a request from CPU 0 waited behind the " << per_cpu - 1 << " blocked on CPU 0's queue";
-  if (left > 0) stuck.pids.push_back(left);
-  kill(b.pid(), SIGCONT);
-  for (pid_t p : stuck.pids) {
-    int st = 0;
-    waitpid(p, &st, 0);
-    // 201: a lower token's advance that got the lock after a higher one (ESTALE).
-    EXPECT_TRUE(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 201)) << st;
-  }
-  stuck.pids.clear();
-  EXPECT_EQ(per_cpu - 1,
-            metric(slurp(m.mnt() + "/.fencefs/metrics"), "fencefs_epoch", "domain=\"/\""));
+  served_past_then_released(m, stuck, per_cpu - 1);
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
 
