@@ -9,32 +9,34 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include "common/error.h"
 #include "common/log.h"
 
 namespace fencefs::daemon {
 
-std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
-                                  const std::string& table) {
+namespace {
+
+// The entries of TABLE, newest first, until `stop` returns true: whether one did; nullopt (with
+// *error) when the table cannot be read. Targets are compared as strings by the callers:
+// libmount's lookups canonicalize, which would stat them (a FUSE mount not yet answering INIT
+// would not answer).
+std::optional<bool> any_mount(const std::string& table, const std::function<bool(libmnt_fs*)>& stop,
+                              std::string* error) {
   libmnt_table* tb = mnt_new_table_from_file(table.c_str());
   if (!tb) {
     *error = fmt::format("cannot read the mount table ({})", table);
     return std::nullopt;
   }
-  libmnt_iter* it = mnt_new_iter(MNT_ITER_FORWARD);
+  libmnt_iter* it = mnt_new_iter(MNT_ITER_BACKWARD);
   libmnt_fs* fs = nullptr;
   bool found = false;
-  while (!found && mnt_table_next_fs(tb, it, &fs) == 0) {
-    const char* target = mnt_fs_get_target(fs);
-    found = target && dir == target;
-  }
+  while (!found && mnt_table_next_fs(tb, it, &fs) == 0) found = stop(fs);
   mnt_free_iter(it);
   mnt_unref_table(tb);
   return found;
 }
-
-namespace {
 
 // Whether FS is the fencefs mount of BACKING at DIR made by this process' user.
 bool ours(libmnt_fs* fs, const std::string& dir, const std::string& backing) {
@@ -51,22 +53,27 @@ bool ours(libmnt_fs* fs, const std::string& dir, const std::string& backing) {
 
 }  // namespace
 
+std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
+                                  const std::string& table) {
+  return any_mount(
+      table,
+      [&](libmnt_fs* fs) {
+        const char* target = mnt_fs_get_target(fs);
+        return target && dir == target;
+      },
+      error);
+}
+
 bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
                    std::string* error) {
-  // The device of the last mount at DIR: stat(DIR) would wait for the INIT not yet answered.
-  libmnt_table* tb = mnt_new_table_from_file("/proc/self/mountinfo");
-  if (!tb) {
-    *error = "cannot read the mount table";
-    return false;
-  }
-  // Compared as strings: libmount's lookups canonicalize, which would stat DIR too.
-  libmnt_iter* it = mnt_new_iter(MNT_ITER_BACKWARD);
-  libmnt_fs* fs = nullptr;
-  while (mnt_table_next_fs(tb, it, &fs) == 0 && !ours(fs, dir, backing)) fs = nullptr;
-  mnt_free_iter(it);
-  dev_t dev = fs ? mnt_fs_get_devno(fs) : 0;
-  mnt_unref_table(tb);
-  if (!dev) {
+  // The device from the mount table: stat(DIR) would wait for the INIT not yet answered.
+  dev_t dev = 0;
+  auto found = any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && (dev = mnt_fs_get_devno(fs)) != 0; },
+      error);
+  if (!found) return false;
+  if (!*found) {
     *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
     return false;
   }
@@ -81,7 +88,9 @@ bool set_readahead(const std::string& dir, const std::string& backing, unsigned 
   return ok;
 }
 
-void apply_readahead(const std::string& dir, const std::string& backing, unsigned kib, bool asked) {
+void apply_readahead(const std::string& dir, const std::string& backing,
+                     std::optional<unsigned> asked) {
+  unsigned kib = asked.value_or(kDefaultReadaheadKib);
   std::string why;
   if (kib == 0 || set_readahead(dir, backing, kib, &why)) return;
   auto level = asked ? log::Level::Warn : log::Level::Info;

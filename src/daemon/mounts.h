@@ -17,8 +17,11 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
 // false with *error when it could not.
 bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
                    std::string* error);
-// set_readahead, and why not in the log when it could not: a warning when the option was given.
-void apply_readahead(const std::string& dir, const std::string& backing, unsigned kib, bool asked);
+// set_readahead to readahead= (`asked`; 0 leaves the kernel's), else to kDefaultReadaheadKib; why
+// not in the log when it could not, a warning when asked.
+constexpr unsigned kDefaultReadaheadKib = 1024;
+void apply_readahead(const std::string& dir, const std::string& backing,
+                     std::optional<unsigned> asked);
 // Whether the directory DIR holds any entry besides . and ..; nullopt (with *error) when it
 // cannot be read.
 std::optional<bool> dir_has_entries(const std::string& dir, std::string* error);

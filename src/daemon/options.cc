@@ -425,12 +425,12 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
     die("uring serves requests on threads of its own: not with -s");
   if (a.readahead) {
     // Above the INIT reply's max_readahead (1 MiB) the kernel would clamp it anyway.
-    o.readahead_kib = static_cast<unsigned>(parse_u64(a.readahead, "readahead", 0, 1024));
+    unsigned kib = static_cast<unsigned>(parse_u64(a.readahead, "readahead", 0, 1024));
     // The kernel keeps whole pages: less than one would turn read-ahead off.
     unsigned page_kib = static_cast<unsigned>(sysconf(_SC_PAGESIZE) / 1024);
-    if (o.readahead_kib > 0 && o.readahead_kib < page_kib)
+    if (kib > 0 && kib < page_kib)
       die(fmt::format("readahead=: 0, or {} (a page) to 1024 KiB", page_kib));
-    o.readahead_given = true;
+    o.readahead_kib = kib;
   }
   if (cluster_mode) {
     cluster_opts = cluster_options(a, backing, mnt, state);

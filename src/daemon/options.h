@@ -80,8 +80,7 @@ struct Settings {
   fs::Options fopts;
   std::optional<cluster::Options> cluster_opts;
   uint64_t floor_opt = 0;
-  unsigned readahead_kib = 1024;  // 0: the kernel's default
-  bool readahead_given = false;
+  std::optional<unsigned> readahead_kib;  // readahead=, when given (0: the kernel's default)
 };
 // Every option checked (dies with the reason on the first that is wrong).
 Settings check_options(const Args& a, const fuse_cmdline_opts& copts);

@@ -443,7 +443,7 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  daemon::apply_readahead(mnt, backing, o.readahead_kib, o.readahead_given);
+  daemon::apply_readahead(mnt, backing, o.readahead_kib);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
