@@ -61,8 +61,7 @@ int default_per_cpu() {
 }
 
 // Ring threads for per_cpu: per_cpu on each online CPU, one on each possible CPU not online
-// (the kernel wants an entry on every possible CPU's queue). 0: the default, 16 per online CPU,
-// fewer past 64 in all, at least 2.
+// (the kernel wants an entry on every possible CPU's queue). 0: the default (default_per_cpu).
 long long ring_threads_for(int per_cpu) {
   std::vector<int> possible = cpus("/sys/devices/system/cpu/possible");
   std::vector<int> online = cpus("/sys/devices/system/cpu/online");
@@ -166,6 +165,18 @@ void block_advances(const Mount& m, long long n, Stuck& stuck) {
   }
 }
 
+// The daemon's ring threads, and how many wait in the kernel, once n of them are held by blocked
+// advances (each holds its thread once its handler runs, which may lag its start), or after 3 s.
+std::pair<int, int> ring_threads_once_held(const Mount& m, long long n) {
+  std::pair<int, int> seen;
+  for (int t = 0; t < 300; t++) {
+    seen = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
+    if (seen.first - seen.second == n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return seen;
+}
+
 // A request from CPU 0 is served past the n blocked advances; then the bait runs again and every
 // advance ends, the domain at epoch n.
 void served_past_then_released(const Mount& m, Stuck& stuck, long long n) {
@@ -200,8 +211,8 @@ TEST_F(Ring, ARequestBlockedInTheDaemonHoldsUpOnlyItsThread) {
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
   ASSERT_TRUE(freeze(b.pid()));
   block_advances(m, 3, stuck);
-  // The three later advances hold three ring threads (waiting for the domain's lock).
-  auto [ring_threads, idle] = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
+  // The three advances hold three ring threads.
+  auto [ring_threads, idle] = ring_threads_once_held(m, 3);
   EXPECT_EQ(ring_threads_for(4), ring_threads);  // uring=4
   EXPECT_EQ(ring_threads - 3, idle);
   served_past_then_released(m, stuck, 3);
@@ -230,15 +241,9 @@ TEST_F(Ring, ByDefaultOneCpusCallersAreServedAsManyAtOnceAsThroughDevFuse) {
   ASSERT_TRUE(freeze(b.pid()));
   // The first advance blocks in the journal's write, the others in their handlers for its lock.
   block_advances(m, per_cpu - 1, stuck);
-  // Each blocked advance holds its ring thread once its handler runs (which may lag its start).
-  std::pair<int, int> seen;
-  for (int t = 0; t < 300; t++) {
-    seen = threads(m.daemon_pid(), "fencefs-ring", "io_cqring_wait");
-    if (seen.first - seen.second == per_cpu - 1) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(ring_threads_for(0), seen.first);
-  EXPECT_EQ(seen.first - (per_cpu - 1), seen.second);
+  auto [ring_threads, idle] = ring_threads_once_held(m, per_cpu - 1);
+  EXPECT_EQ(ring_threads_for(0), ring_threads);
+  EXPECT_EQ(ring_threads - (per_cpu - 1), idle);
   served_past_then_released(m, stuck, per_cpu - 1);
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
