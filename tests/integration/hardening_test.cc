@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -755,6 +756,20 @@ TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
               return E(write(fd, "x", 1));
             }));
   EXPECT_NE(std::string::npos, m.daemon_log().find("open refused"));
+  // A user's share is a sixteenth of the daemon's fds, less two per ring thread (its io_uring
+  // and eventfd; none through /dev/fuse): the rings' fds come out of the budget.
+  long long soft = -1;
+  std::istringstream limits(slurp("/proc/" + std::to_string(m.daemon_pid()) + "/limits"));
+  for (std::string line; std::getline(limits, line);)
+    if (line.rfind("Max open files", 0) == 0) soft = std::stoll(line.substr(14));
+  long long ring_fds = 2 * metric(slurp(m.path(".fencefs/metrics")), "fencefs_fuse_ring_threads",
+                                  "mount=\"" + m.mnt() + "\"");
+  ASSERT_GT(soft, 0);
+  ASSERT_GE(ring_fds, 0);
+  long long share = (soft - std::min(soft / 2, ring_fds)) / 16;
+  EXPECT_NE(std::string::npos,
+            m.daemon_log().find("(at most " + std::to_string(share) + " per user"))
+      << "expected a share of " << share << " with " << ring_fds << " ring fds: " << m.daemon_log();
   hogs.let_go();
   // Once they are closed the user may open again.
   EXPECT_EQ(0, job_as(m, 0, kNobody, [&] { return E(open(m.path("r").c_str(), O_RDONLY)); }));
