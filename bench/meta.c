@@ -1,11 +1,14 @@
 /* Metadata workload. Usage:
  *   meta run DIR N [LISTINGS]   create N empty files in DIR, stat them all, list DIR LISTINGS times
- *                               (default 3), unlink them all; prints ops/s for each phase
+ *                               (default 3), unlink them all; prints ops/s for each phase. With
+ *                               META_SECONDS=S, stat passes over the N files and listings repeat
+ *                               until each phase has lasted S seconds: one pass of 10,000 cached
+ *                               stats takes some 30 ms, too short to time on a shared machine
  *   meta create DIR N           create N empty files (no timing output beyond the total)
  *   meta stat DIR N [START]     stat files START..N-1 created by "create" (e.g. through a mount)
  * File names are f0000000 ... so "create" on the backing and "stat" through the mount agree.
- * With META_DAEMON_PID set, "run" also prints the daemon's CPU (utime + stime) per create and per
- * unlink, in µs: create_daemon_us_per_op, unlink_daemon_us_per_op. */
+ * With META_DAEMON_PID set, "run" also prints the daemon's CPU (utime + stime) per create, stat and
+ * unlink, in µs: create_daemon_us_per_op, stat_daemon_us_per_op, unlink_daemon_us_per_op. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -46,7 +49,7 @@ static long daemon_ticks(void) {
 
 static void print_daemon_cpu(const char *key, long t0, long n) {
   long t1 = daemon_pid > 0 ? daemon_ticks() : -1;
-  if (t0 >= 0 && t1 >= 0) printf("%s %.1f\n", key, (t1 - t0) * 1e6 / sysconf(_SC_CLK_TCK) / n);
+  if (t0 >= 0 && t1 >= 0) printf("%s %.2f\n", key, (t1 - t0) * 1e6 / sysconf(_SC_CLK_TCK) / n);
 }
 
 static void name(char *buf, long i) { snprintf(buf, 32, "f%07ld", i); }
@@ -152,13 +155,21 @@ int main(int argc, char **argv) {
   t1 = now();
   printf("create_ops_per_s %.1f\n", n / (t1 - t0));
   print_daemon_cpu("create_daemon_us_per_op", ticks, n);
+  const char *secs = getenv("META_SECONDS");
+  double min_s = secs ? atof(secs) : 0;
+  ticks = daemon_pid > 0 ? daemon_ticks() : -1;
+  long stats = 0;
   t0 = now();
-  if (do_stat(0, n)) return 1;
+  do {
+    if (do_stat(0, n)) return 1;
+    stats += n;
+  } while (now() - t0 < min_s);
   t1 = now();
-  printf("stat_ops_per_s %.1f\n", n / (t1 - t0));
+  printf("stat_ops_per_s %.1f\n", stats / (t1 - t0));
+  print_daemon_cpu("stat_daemon_us_per_op", ticks, stats);
   long total = 0;
   t0 = now();
-  for (long r = 0; r < listings; r++) {
+  for (long r = 0; r < listings || now() - t0 < min_s; r++) {
     long c = do_list(dir);
     if (c != n) {
       fprintf(stderr, "meta: listing saw %ld entries, expected %ld\n", c, n);

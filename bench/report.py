@@ -49,6 +49,7 @@ ROWS = [
     ("cpu_fio_randread_4k", "daemon", "daemon CPU per 4 KiB read(2), fio random read", "µs/read", "lower", None),
     ("cpu_coldread_seq", "daemon", "daemon CPU per MiB, cold sequential read", "µs/MiB", "lower", None),
     ("cpu_meta_create", "daemon", "daemon CPU per create (metadata: create)", "µs/op", "lower", None),
+    ("cpu_meta_stat", "daemon", "daemon CPU per stat (metadata: stat)", "µs/op", "lower", None),
     ("cpu_meta_unlink", "daemon", "daemon CPU per unlink (metadata: unlink)", "µs/op", "lower", None),
     ("req_legacy_t1", "daemon", "FUSE requests per legacy job, 1 thread (kernel tracepoint)", "req/job",
      "lower", "req"),
@@ -109,7 +110,8 @@ def fmt(v):
 
 
 def find_previous(history, config, out_json):
-    """The newest timestamped result in `history` with the same configuration, and its path."""
+    """The newest timestamped result in `history` with the same configuration (settings it predates
+    aside), and its path."""
     if not history or not os.path.isdir(history):
         return None, None
     mine = {k: v for k, v in config.items() if k not in NOT_CONFIG}
@@ -124,7 +126,8 @@ def find_previous(history, config, out_json):
         except (OSError, ValueError):
             continue
         theirs = {k: v for k, v in doc.get("config", {}).items() if k not in NOT_CONFIG}
-        if theirs == mine and doc.get("contenders") is not None:
+        # A setting added since that run (absent there) is named in the report, not a mismatch.
+        if theirs == {k: v for k, v in mine.items() if k in theirs} and doc.get("contenders") is not None:
             return doc, path
     return None, None
 
@@ -369,7 +372,10 @@ def main():
                   + (f" fencefs' options then: `{previous.get('config', {}).get('fencefs_options') or 'none'}`"
                      f", now: `{config.get('fencefs_options') or 'none'}`."
                      if previous.get("config", {}).get("fencefs_options", "")
-                     != config.get("fencefs_options", "") else ""))
+                     != config.get("fencefs_options", "") else "")
+                  + "".join(f" That run predates the setting `{k}` (now `{v}`): rows it governs were measured otherwise."
+                            for k, v in config.items()
+                            if k not in NOT_CONFIG and k not in previous.get("config", {})))
         md.append("")
         md.append(md_row(["workload"] + selected))
         md.append("|---|" + "|".join("---:" for _ in selected) + "|")
@@ -437,8 +443,11 @@ def main():
         "same mounts, with the tracepoint fuse:fuse_request_send enabled in a tracefs instance and "
         "filtered to the mount's connection (its device number); the table above splits it by "
         "opcode.\n"
-        f"- metadata (`bench/meta.c`): create, stat, unlink {config.get('meta_files', '?')} files; "
-        f"list that directory {config.get('meta_listings', '?')} times (entries/s).\n"
+        f"- metadata (`bench/meta.c`): create and unlink {config.get('meta_files', '?')} files; stat "
+        f"them in passes over all of them for at least {config.get('meta_seconds', '?')} s; list "
+        f"that directory at least {config.get('meta_listings', '?')} times and for at least "
+        f"{config.get('meta_seconds', '?')} s (entries/s). Daemon CPU as for the legacy job, over "
+        "each phase.\n"
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "

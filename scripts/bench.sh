@@ -15,7 +15,8 @@
 #   BENCH_FIO_SIZE [256M]         fio file size           BENCH_FIO_RUNTIME [5]    seconds per fio job
 #   BENCH_LEGACY_FILES [5000]     files per legacy-job run (split over 1 or 4 threads)
 #   BENCH_META_FILES [10000]      files for create/stat/list/unlink
-#   BENCH_META_LISTINGS [3]       listings of the directory per run
+#   BENCH_META_LISTINGS [3]       listings of the directory per run (at least)
+#   BENCH_META_SECONDS [2]        seconds the stat and list phases each last at least (repeated passes)
 #   BENCH_RSS_INODES [100000]     files looked up through the mount for the RSS rows
 #   BENCH_BOUND_PROCS [1000]      live bound processes for the RSS row
 #   BENCH_RSS_ROUNDS [1]          rounds of the RSS rows
@@ -48,6 +49,7 @@ FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
 LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
 META_FILES=${BENCH_META_FILES:-$(q 10000 500)}
 META_LISTINGS=${BENCH_META_LISTINGS:-3}
+META_SECONDS=${BENCH_META_SECONDS:-$(q 2 0.2)}
 RSS_INODES=${BENCH_RSS_INODES:-$(q 100000 2000)}
 BOUND_PROCS=${BENCH_BOUND_PROCS:-$(q 1000 20)}
 RSS_ROUNDS=${BENCH_RSS_ROUNDS:-1}
@@ -353,9 +355,9 @@ as() {
 
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k coldread_seq reread_1m legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink
-  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_unlink)
+  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_unlink)
 DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k
-  cpu_coldread_seq cpu_meta_create cpu_meta_unlink)
+  cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
   for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
@@ -486,13 +488,13 @@ run_meta() {  # run_meta CONTENDER ROUND
   local c=$1 r=$2 d out=$W/meta.out
   d=$(workdir "$c")/meta-$r
   if as "$c" mkdir -p "$d" &&
-    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
+    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" META_SECONDS="$META_SECONDS" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
     record meta_create "$c" "$r" "$(kv create_ops_per_s "$out")"
     record meta_stat "$c" "$r" "$(kv stat_ops_per_s "$out")"
     record meta_list "$c" "$r" "$(kv list_entries_per_s "$out")"
     record meta_unlink "$c" "$r" "$(kv unlink_ops_per_s "$out")"
     local k
-    for k in create unlink; do
+    for k in create stat unlink; do
       if [ -n "$(kv "${k}_daemon_us_per_op" "$out")" ]; then
         record "cpu_meta_$k" "$c" "$r" "$(kv "${k}_daemon_us_per_op" "$out")"
       fi
@@ -901,7 +903,7 @@ BENCH_R_LOAD="$LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the 
 python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
   --contenders "${CONTENDERS}" --req-ops "$REQ_OPS" --history "$OUT" \
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
-  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" \
+  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
   "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
