@@ -7,6 +7,7 @@
  *   meta create DIR N           create N empty files (no timing output beyond the total)
  *   meta stat DIR N [START]     stat files START..N-1 created by "create" (e.g. through a mount)
  * File names are f0000000 ... so "create" on the backing and "stat" through the mount agree.
+ * With META_COLD_UNLINK set, "run" drops the kernel's dentries before the unlinks (as root).
  * With META_DAEMON_PID set, "run" also prints the daemon's CPU (utime + stime) per create, stat and
  * unlink, in µs: create_daemon_us_per_op, stat_daemon_us_per_op, unlink_daemon_us_per_op. */
 #define _GNU_SOURCE
@@ -96,6 +97,21 @@ static long do_list(const char *dir) {
   return cnt;
 }
 
+/* Drops the kernel's unused dentries and inodes (root): each daemon then gets the unlinks of
+ * files it must look up again, whatever its cache timeouts. The FORGETs this sends are given a
+ * moment before the phase is timed. */
+static int drop_dentries(void) {
+  int fd = open("/proc/sys/vm/drop_caches", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, "2\n", 2) != 2) {
+    fprintf(stderr, "meta: cannot drop the kernel's dentries: %s\n", strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  close(fd);
+  usleep(500000);
+  return 0;
+}
+
 static int do_unlink(long n) {
   char nm[32];
   for (long i = 0; i < n; i++) {
@@ -147,6 +163,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "meta: unknown mode %s\n", mode);
     return 2;
   }
+  const char *secs = getenv("META_SECONDS");
+  char *end = NULL;
+  double min_s = secs ? strtod(secs, &end) : 0;
+  if (secs && (end == secs || *end || !(min_s >= 0 && min_s <= 3600))) {
+    fprintf(stderr, "meta: META_SECONDS must be a number of seconds from 0 to 3600, not %s\n",
+            secs);
+    return 2;
+  }
   const char *pid = getenv("META_DAEMON_PID");
   daemon_pid = pid ? atol(pid) : 0;
   long ticks = daemon_pid > 0 ? daemon_ticks() : -1;
@@ -155,8 +179,6 @@ int main(int argc, char **argv) {
   t1 = now();
   printf("create_ops_per_s %.1f\n", n / (t1 - t0));
   print_daemon_cpu("create_daemon_us_per_op", ticks, n);
-  const char *secs = getenv("META_SECONDS");
-  double min_s = secs ? atof(secs) : 0;
   ticks = daemon_pid > 0 ? daemon_ticks() : -1;
   long stats = 0;
   t0 = now();
@@ -179,6 +201,7 @@ int main(int argc, char **argv) {
   }
   t1 = now();
   printf("list_entries_per_s %.1f\n", total / (t1 - t0));
+  if (getenv("META_COLD_UNLINK") && drop_dentries()) return 1;
   ticks = daemon_pid > 0 ? daemon_ticks() : -1;
   t0 = now();
   if (do_unlink(n)) return 1;

@@ -127,7 +127,7 @@ def find_previous(history, config, out_json):
             continue
         theirs = {k: v for k, v in doc.get("config", {}).items() if k not in NOT_CONFIG}
         # A setting added since that run (absent there) is named in the report, not a mismatch.
-        if theirs == {k: v for k, v in mine.items() if k in theirs} and doc.get("contenders") is not None:
+        if theirs and theirs == {k: v for k, v in mine.items() if k in theirs} and doc.get("contenders") is not None:
             return doc, path
     return None, None
 
@@ -373,7 +373,7 @@ def main():
                      f", now: `{config.get('fencefs_options') or 'none'}`."
                      if previous.get("config", {}).get("fencefs_options", "")
                      != config.get("fencefs_options", "") else "")
-                  + "".join(f" That run predates the setting `{k}` (now `{v}`): rows it governs were measured otherwise."
+                  + "".join(f" That run's configuration has no `{k}` (now `{v}`): the rows it governs were measured without it."
                             for k, v in config.items()
                             if k not in NOT_CONFIG and k not in previous.get("config", {})))
         md.append("")
@@ -446,8 +446,8 @@ def main():
         f"- metadata (`bench/meta.c`): create and unlink {config.get('meta_files', '?')} files; stat "
         f"them in passes over all of them for at least {config.get('meta_seconds', '?')} s; list "
         f"that directory at least {config.get('meta_listings', '?')} times and for at least "
-        f"{config.get('meta_seconds', '?')} s (entries/s). Daemon CPU as for the legacy job, over "
-        "each phase.\n"
+        f"{config.get('meta_seconds', '?')} s (entries/s); then unlink them after dropping the kernel's dentries (`vm.drop_caches=2`, then 0.5 s for the FORGETs), so that every daemon looks each file up again whatever its cache timeouts. Daemon CPU as for the "
+        "legacy job, over the create, stat and unlink phases.\n"
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "

@@ -50,6 +50,7 @@ LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
 META_FILES=${BENCH_META_FILES:-$(q 10000 500)}
 META_LISTINGS=${BENCH_META_LISTINGS:-3}
 META_SECONDS=${BENCH_META_SECONDS:-$(q 2 0.2)}
+[[ $META_SECONDS =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "bench: BENCH_META_SECONDS must be a number of seconds, not $META_SECONDS" >&2; exit 2; }
 RSS_INODES=${BENCH_RSS_INODES:-$(q 100000 2000)}
 BOUND_PROCS=${BENCH_BOUND_PROCS:-$(q 1000 20)}
 RSS_ROUNDS=${BENCH_RSS_ROUNDS:-1}
@@ -488,7 +489,7 @@ run_meta() {  # run_meta CONTENDER ROUND
   local c=$1 r=$2 d out=$W/meta.out
   d=$(workdir "$c")/meta-$r
   if as "$c" mkdir -p "$d" &&
-    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" META_SECONDS="$META_SECONDS" "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
+    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" META_SECONDS="$META_SECONDS" META_COLD_UNLINK=1 "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
     record meta_create "$c" "$r" "$(kv create_ops_per_s "$out")"
     record meta_stat "$c" "$r" "$(kv stat_ops_per_s "$out")"
     record meta_list "$c" "$r" "$(kv list_entries_per_s "$out")"
