@@ -70,10 +70,14 @@ bool set_readahead(const std::string& dir, const std::string& backing, unsigned 
   dev_t dev = 0;
   auto found = any_mount(
       "/proc/self/mountinfo",
-      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && (dev = mnt_fs_get_devno(fs)) != 0; },
+      [&](libmnt_fs* fs) {
+        if (!ours(fs, dir, backing)) return false;
+        dev = mnt_fs_get_devno(fs);  // the newest only: an older one is not this process'
+        return true;
+      },
       error);
   if (!found) return false;
-  if (!*found) {
+  if (!*found || !dev) {
     *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
     return false;
   }
