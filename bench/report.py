@@ -40,6 +40,8 @@ ROWS = [
     ("legacy_t4", "overlay", "legacy job (tmp+write 4K+rename), 4 threads", "files/s", "higher", "overlay"),
     ("meta_create", "overlay", "metadata: create", "ops/s", "higher", "overlay"),
     ("meta_stat", "overlay", "metadata: stat", "ops/s", "higher", "overlay"),
+    ("meta_stat_cold", "overlay", "metadata: stat of names not cached (a LOOKUP each)", "ops/s", "higher",
+     "overlay"),
     ("meta_list", "overlay", "metadata: list directory", "entries/s", "higher", "overlay"),
     ("meta_unlink", "overlay", "metadata: unlink", "ops/s", "higher", "overlay"),
     ("cpu_legacy_t1", "daemon", "daemon CPU per legacy job, 1 thread", "µs/file", "lower", "cpu"),
@@ -50,6 +52,7 @@ ROWS = [
     ("cpu_coldread_seq", "daemon", "daemon CPU per MiB, cold sequential read", "µs/MiB", "lower", None),
     ("cpu_meta_create", "daemon", "daemon CPU per create (metadata: create)", "µs/op", "lower", None),
     ("cpu_meta_stat", "daemon", "daemon CPU per stat (metadata: stat)", "µs/op", "lower", None),
+    ("cpu_meta_stat_cold", "daemon", "daemon CPU per stat of a name not cached", "µs/op", "lower", None),
     ("cpu_meta_unlink", "daemon", "daemon CPU per unlink (metadata: unlink)", "µs/op", "lower", None),
     ("req_legacy_t1", "daemon", "FUSE requests per legacy job, 1 thread (kernel tracepoint)", "req/job",
      "lower", "req"),
@@ -166,7 +169,7 @@ def main():
             notes.setdefault((parts[0], parts[1]), []).append(parts[2])
     # A failed metadata run is noted once under meta_create; it stands for the whole run.
     for c in selected:
-        for k in ("meta_stat", "meta_list", "meta_unlink"):
+        for k in ("meta_stat", "meta_stat_cold", "meta_list", "meta_unlink"):
             for n in notes.get(("meta_create", c), []):
                 notes.setdefault((k, c), []).append(n)
 
@@ -326,7 +329,9 @@ def main():
               f"Load average (1, 5, 15 min): {machine['load']}.")
     md.append("")
     md.append("Medians of " + config.get("rounds", "?") + " rounds, contenders interleaved in every "
-              "round (" + ", ".join(selected) + "). Overlay and memory rows on a tmpfs backing; "
+              "round (" + ", ".join(selected) + (
+                  "; round r starts r-1 places further along that list" if config.get("order") == "rotated"
+                  else "; the same order in every round") + "). Overlay and memory rows on a tmpfs backing; "
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
               "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
               "at least 1.0x every measured overlay (raw is the ceiling, not a contender). "
@@ -446,8 +451,15 @@ def main():
         f"- metadata (`bench/meta.c`): create and unlink {config.get('meta_files', '?')} files; stat "
         f"them in passes over all of them for at least {config.get('meta_seconds', '?')} s; list "
         f"that directory at least {config.get('meta_listings', '?')} times and for at least "
-        f"{config.get('meta_seconds', '?')} s (entries/s); then unlink them after dropping the kernel's dentries (`vm.drop_caches=2`, then 0.5 s for the FORGETs), so that every daemon looks each file up again whatever its cache timeouts. Daemon CPU as for the "
-        "legacy job, over the create, stat and unlink phases.\n"
+        f"{config.get('meta_seconds', '?')} s (entries/s); "
+        + ("drop the kernel's dentries (`vm.drop_caches=2`, then 0.5 s for the FORGETs) and stat "
+           "every file once (cold stat: a LOOKUP each, whatever the daemon's cache timeouts); drop "
+           "them again and unlink every file"
+           if config.get("meta_cold") == "1" else
+           "then unlink them after dropping the kernel's dentries (`vm.drop_caches=2`, then 0.5 s "
+           "for the FORGETs)")
+        + ", so that every daemon looks each file up again whatever its cache timeouts. Daemon CPU as for the "
+        "legacy job, over the create, stat, cold stat and unlink phases.\n"
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "

@@ -2,7 +2,7 @@
 # Benchmarks fencefs against the raw backing directory and the FUSE overlays users pick instead
 # (libfuse's passthrough_ll, with and without default_permissions, and passthrough_hp examples,
 # mergerfs, bindfs), interleaved
-# (A B C A B C ... for BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per
+# (A B C, B C A, C A B ... for BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per
 # small-file job (kernel tracepoint fuse:fuse_request_send), and writes
 # bench/results/latest.{md,json} (plus a timestamped copy). Not part of the tests. Runs as root
 # (FUSE mounts, tmpfs, tracefs).
@@ -355,10 +355,10 @@ as() {
 }
 
 OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k coldread_seq reread_1m legacy_t1 legacy_t4
-  cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_list meta_unlink
-  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_unlink)
+  cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_stat_cold meta_list meta_unlink
+  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_stat_cold cpu_meta_unlink)
 DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k
-  cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_unlink)
+  cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_stat_cold cpu_meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
   for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
@@ -489,13 +489,14 @@ run_meta() {  # run_meta CONTENDER ROUND
   local c=$1 r=$2 d out=$W/meta.out
   d=$(workdir "$c")/meta-$r
   if as "$c" mkdir -p "$d" &&
-    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" META_SECONDS="$META_SECONDS" META_COLD_UNLINK=1 "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
+    as "$c" env META_DAEMON_PID="$(daemon_pid "$c")" META_SECONDS="$META_SECONDS" META_COLD=1 "$B/meta" run "$d" "$META_FILES" "$META_LISTINGS" >"$out" 2>"$W/meta.err"; then
     record meta_create "$c" "$r" "$(kv create_ops_per_s "$out")"
     record meta_stat "$c" "$r" "$(kv stat_ops_per_s "$out")"
+    record meta_stat_cold "$c" "$r" "$(kv stat_cold_ops_per_s "$out")"
     record meta_list "$c" "$r" "$(kv list_entries_per_s "$out")"
     record meta_unlink "$c" "$r" "$(kv unlink_ops_per_s "$out")"
     local k
-    for k in create stat unlink; do
+    for k in create stat stat_cold unlink; do
       if [ -n "$(kv "${k}_daemon_us_per_op" "$out")" ]; then
         record "cpu_meta_$k" "$c" "$r" "$(kv "${k}_daemon_us_per_op" "$out")"
       fi
@@ -506,16 +507,21 @@ run_meta() {  # run_meta CONTENDER ROUND
   as "$c" rm -rf "$d" || true
 }
 
-log "overlay rows: contenders ${ACTIVE[*]}, $ROUNDS rounds"
+# Round r starts r-1 places further along the list, so no contender always runs first or right
+# after the same neighbour (what the one before leaves behind: dirty pages, a warm CPU).
+log "overlay rows: contenders ${ACTIVE[*]}, $ROUNDS rounds, order rotated each round"
 for ((r = 1; r <= ROUNDS; r++)); do
-  for c in "${ACTIVE[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
-  for c in "${ACTIVE[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
-  for c in "${ACTIVE[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
-  for c in "${ACTIVE[@]}"; do run_coldread "$c" "$r"; done
-  for c in "${ACTIVE[@]}"; do run_reread "$c" "$r"; done
-  for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 1; done
-  for c in "${ACTIVE[@]}"; do run_legacy "$c" "$r" 4; done
-  for c in "${ACTIVE[@]}"; do run_meta "$c" "$r"; done
+  rot=$(((r - 1) % ${#ACTIVE[@]}))
+  ORDER=("${ACTIVE[@]:rot}" "${ACTIVE[@]:0:rot}")
+  log "round $r: ${ORDER[*]}"
+  for c in "${ORDER[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
+  for c in "${ORDER[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
+  for c in "${ORDER[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
+  for c in "${ORDER[@]}"; do run_coldread "$c" "$r"; done
+  for c in "${ORDER[@]}"; do run_reread "$c" "$r"; done
+  for c in "${ORDER[@]}"; do run_legacy "$c" "$r" 1; done
+  for c in "${ORDER[@]}"; do run_legacy "$c" "$r" 4; done
+  for c in "${ORDER[@]}"; do run_meta "$c" "$r"; done
 done
 for c in "${ACTIVE[@]}"; do as "$c" rm -f "$(workdir "$c")/fio.dat" || true; done
 
@@ -904,7 +910,7 @@ BENCH_R_LOAD="$LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the 
 python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
   --contenders "${CONTENDERS}" --req-ops "$REQ_OPS" --history "$OUT" \
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
-  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" \
+  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" "meta_cold=1" "order=rotated" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
   "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
