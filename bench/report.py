@@ -27,6 +27,12 @@ DERIVED = {"adv_ratio": ("adv_d16", "adv_d1"), "cpu_per_req_t1": ("cpu_legacy_t1
 # Configuration keys that may differ between two runs still compared run to run.
 NOT_CONFIG = {"setup", "fencefs_binary", "fencefs_options"}
 
+# What an earlier run without a configuration key measured (default: without the setting).
+ADDED_SINCE = {
+    "order": "it ran the contenders in the same order in every round.",
+    "meta_cold": "it had no cold-stat rows (runs since `a458217` unlinked names dropped first, "
+                 "as this one does).",
+}
 # key, section, label, unit, better ("higher"/"lower"), target kind
 ROWS = [
     ("fio_seqwrite_1m", "overlay", "fio seq write, 1 MiB blocks", "MB/s", "higher", "overlay"),
@@ -330,7 +336,9 @@ def main():
     md.append("")
     md.append("Medians of " + config.get("rounds", "?") + " rounds, contenders interleaved in every "
               "round (" + ", ".join(selected) + (
-                  "; round r starts r-1 places further along that list" if config.get("order") == "rotated"
+                  "; the overlay rows ran the contenders in an order that changed every round, a Williams "
+                  "Latin square over those that ran: over n rounds each runs once at every place and, "
+                  "for an even n, right after every other once" if config.get("order") == "williams"
                   else "; the same order in every round") + "). Overlay and memory rows on a tmpfs backing; "
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
               "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
@@ -378,7 +386,8 @@ def main():
                      f", now: `{config.get('fencefs_options') or 'none'}`."
                      if previous.get("config", {}).get("fencefs_options", "")
                      != config.get("fencefs_options", "") else "")
-                  + "".join(f" That run's configuration has no `{k}` (now `{v}`): the rows it governs were measured without it."
+                  + "".join(f" That run's configuration has no `{k}` (now `{v}`): "
+                            + ADDED_SINCE.get(k, "the rows it governs were measured without it.")
                             for k, v in config.items()
                             if k not in NOT_CONFIG and k not in previous.get("config", {})))
         md.append("")
@@ -452,14 +461,17 @@ def main():
         f"them in passes over all of them for at least {config.get('meta_seconds', '?')} s; list "
         f"that directory at least {config.get('meta_listings', '?')} times and for at least "
         f"{config.get('meta_seconds', '?')} s (entries/s); "
-        + ("drop the kernel's dentries (`vm.drop_caches=2`, then 0.5 s for the FORGETs) and stat "
-           "every file once (cold stat: a LOOKUP each, whatever the daemon's cache timeouts); drop "
-           "them again and unlink every file"
+        + (f"cold stat: passes over all of them, each after dropping the kernel's dentries "
+           f"(`vm.drop_caches=2`, then 0.5 s for the FORGETs), until the timed passes add up to "
+           f"{config.get('meta_seconds', '?')} s (at least a LOOKUP per stat for every daemon, "
+           "whatever its cache timeouts; raw's tmpfs keeps its dentries, so its stats there are "
+           "not cold); drop them again and unlink every file"
            if config.get("meta_cold") == "1" else
            "then unlink them after dropping the kernel's dentries (`vm.drop_caches=2`, then 0.5 s "
            "for the FORGETs)")
         + ", so that every daemon looks each file up again whatever its cache timeouts. Daemon CPU as for the "
-        "legacy job, over the create, stat, cold stat and unlink phases.\n"
+        "legacy job, over the create, stat"
+        + (", cold stat" if config.get("meta_cold") == "1" else "") + " and unlink phases.\n"
         f"- memory: a fresh mount over {config.get('rss_inodes', '?')} files created in BACKING. "
         f"fencefs first: {config.get('bound_procs', '?')} live `sh` → `sleep` processes each bound "
         "with `echo \"bind / 1\" > MNT/.fencefs/ctl` (VmRSS growth ÷ processes), kept bound. Then, "

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks fencefs against the raw backing directory and the FUSE overlays users pick instead
 # (libfuse's passthrough_ll, with and without default_permissions, and passthrough_hp examples,
-# mergerfs, bindfs), interleaved
-# (A B C, B C A, C A B ... for BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per
-# small-file job (kernel tracepoint fuse:fuse_request_send), and writes
+# mergerfs, bindfs), interleaved (every contender in turn, in an order that changes each round, for
+# BENCH_ROUNDS rounds), counts the FUSE requests each daemon is sent per small-file job (kernel
+# tracepoint fuse:fuse_request_send), and writes
 # bench/results/latest.{md,json} (plus a timestamped copy). Not part of the tests. Runs as root
 # (FUSE mounts, tmpfs, tracefs).
 #
@@ -16,7 +16,8 @@
 #   BENCH_LEGACY_FILES [5000]     files per legacy-job run (split over 1 or 4 threads)
 #   BENCH_META_FILES [10000]      files for create/stat/list/unlink
 #   BENCH_META_LISTINGS [3]       listings of the directory per run (at least)
-#   BENCH_META_SECONDS [2]        seconds the stat and list phases each last at least (repeated passes)
+#   BENCH_META_SECONDS [2]        seconds the stat, list and cold-stat phases each last at least
+#                                 (repeated passes; each cold pass after dropping the dentries)
 #   BENCH_RSS_INODES [100000]     files looked up through the mount for the RSS rows
 #   BENCH_BOUND_PROCS [1000]      live bound processes for the RSS row
 #   BENCH_RSS_ROUNDS [1]          rounds of the RSS rows
@@ -377,7 +378,8 @@ if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
 fi
 
 # ---------------------------------------------------------------------------------------------
-# Overlay workloads on tmpfs, interleaved: for each round, for each workload, A B C.
+# Overlay workloads on tmpfs, interleaved: for each round, for each workload, every contender
+# (in the round's order, below).
 # ---------------------------------------------------------------------------------------------
 run_fio() {  # run_fio KEY CONTENDER ROUND RW BS FIELD
   local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out pid t0 t1
@@ -507,12 +509,22 @@ run_meta() {  # run_meta CONTENDER ROUND
   as "$c" rm -rf "$d" || true
 }
 
-# Round r starts r-1 places further along the list, so no contender always runs first or right
-# after the same neighbour (what the one before leaves behind: dirty pages, a warm CPU).
-log "overlay rows: contenders ${ACTIVE[*]}, $ROUNDS rounds, order rotated each round"
-for ((r = 1; r <= ROUNDS; r++)); do
-  rot=$(((r - 1) % ${#ACTIVE[@]}))
-  ORDER=("${ACTIVE[@]:rot}" "${ACTIVE[@]:0:rot}")
+# The order changes every round, as a Williams Latin square over the n contenders that run: round
+# r (from 0) runs contender (W[j] + r) mod n at place j, W = 0, 1, n-1, 2, n-2, ... Over n rounds
+# each runs once at every place and, for an even n, right after every other once: no contender
+# always runs first or after the same neighbour (what the one before leaves: dirty pages, a warm
+# CPU). Only the overlay rows change order.
+WILLIAMS=()
+lo=1 hi=$((${#ACTIVE[@]} - 1))
+if ((${#ACTIVE[@]} > 0)); then WILLIAMS=(0); fi
+while ((${#WILLIAMS[@]} < ${#ACTIVE[@]})); do
+  WILLIAMS+=("$lo") && lo=$((lo + 1))
+  if ((${#WILLIAMS[@]} < ${#ACTIVE[@]})); then WILLIAMS+=("$hi") && hi=$((hi - 1)); fi
+done
+log "overlay rows: contenders ${ACTIVE[*]:-none}, $ROUNDS rounds, order changed each round"
+for ((r = 1; r <= ROUNDS && ${#ACTIVE[@]} > 0; r++)); do
+  ORDER=()
+  for w in "${WILLIAMS[@]}"; do ORDER+=("${ACTIVE[(w + r - 1) % ${#ACTIVE[@]}]}"); done
   log "round $r: ${ORDER[*]}"
   for c in "${ORDER[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
   for c in "${ORDER[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
@@ -910,7 +922,7 @@ BENCH_R_LOAD="$LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the 
 python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
   --contenders "${CONTENDERS}" --req-ops "$REQ_OPS" --history "$OUT" \
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
-  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" "meta_cold=1" "order=rotated" \
+  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" "meta_cold=1" "order=williams" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
   "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
