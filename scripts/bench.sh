@@ -17,7 +17,7 @@
 #   BENCH_META_FILES [10000]      files for create/stat/list/unlink
 #   BENCH_META_LISTINGS [3]       listings of the directory per run (at least)
 #   BENCH_META_SECONDS [2]        seconds the stat, list and cold-stat phases each last at least
-#                                 (repeated passes; each cold pass after dropping the dentries)
+#                                 (repeated passes; each cold pass after dropping the dentries, 10 at most)
 #   BENCH_RSS_INODES [100000]     files looked up through the mount for the RSS rows
 #   BENCH_BOUND_PROCS [1000]      live bound processes for the RSS row
 #   BENCH_RSS_ROUNDS [1]          rounds of the RSS rows
