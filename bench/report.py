@@ -463,7 +463,7 @@ def main():
         f"{config.get('meta_seconds', '?')} s (entries/s); "
         + (f"cold stat: passes over all of them, each after dropping the kernel's dentries "
            f"(`vm.drop_caches=2`, then 0.5 s for the FORGETs), until the timed passes add up to "
-           f"{config.get('meta_seconds', '?')} s or number 10 (at least a LOOKUP per stat for every daemon, "
+           f"{config.get('meta_seconds', '?')} s, 10 passes at most (at least a LOOKUP per stat for every daemon, "
            "whatever its cache timeouts; raw's tmpfs keeps its dentries, so its stats there are "
            "not cold); drop them again and unlink every file"
            if config.get("meta_cold") == "1" else
