@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -308,6 +309,13 @@ int Mount::unmount() {
     pid_ = -1;
   }
   untrack_mount(mnt_);
+  // A daemon that ended badly says why in its log, removed with the test's directory.
+  if (status != 0) {
+    std::string log = daemon_log();
+    if (log.size() > 3000) log = "…" + log.substr(log.size() - 3000);
+    fprintf(stderr, "fencefs at %s exited with status %d; the end of its log:\n%s\n", mnt_.c_str(),
+            status, log.c_str());
+  }
   return status;
 }
 
