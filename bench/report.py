@@ -32,11 +32,14 @@ ADDED_SINCE = {
     "order": "it ran the contenders in the same order in every round.",
     "meta_cold": "it had no cold-stat rows (runs since `a458217` unlinked names dropped first, "
                  "as this one does).",
+    "held_cpu": "it had no rows for fio held on one CPU nor for fio's moves between CPUs.",
 }
 # key, section, label, unit, better ("higher"/"lower"), target kind
 ROWS = [
     ("fio_seqwrite_1m", "overlay", "fio seq write, 1 MiB blocks", "MB/s", "higher", "overlay"),
     ("fio_randwrite_4k", "overlay", "fio random write, 4 KiB", "IOPS", "higher", "overlay"),
+    ("fio_randwrite_4k_held", "overlay", "fio random write, 4 KiB, fio held on CPU {held_cpu} (no target)", "IOPS",
+     "higher", None),
     ("fio_randread_4k", "overlay", "fio random read, 4 KiB", "IOPS", "higher", "overlay"),
     ("coldread_seq", "overlay", "cold sequential read (page cache dropped), 1 MiB read(2)s", "MB/s",
      "higher", "overlay"),
@@ -54,6 +57,8 @@ ROWS = [
     ("cpu_legacy_t4", "daemon", "daemon CPU per legacy job, 4 threads", "µs/file", "lower", "cpu"),
     ("cpu_fio_seqwrite_1m", "daemon", "daemon CPU per 1 MiB write(2), fio seq write", "µs/write", "lower", None),
     ("cpu_fio_randwrite_4k", "daemon", "daemon CPU per 4 KiB write(2), fio random write", "µs/write", "lower", None),
+    ("cpu_fio_randwrite_4k_held", "daemon", "daemon CPU per 4 KiB write(2), fio random write held on CPU {held_cpu}",
+     "µs/write", "lower", None),
     ("cpu_fio_randread_4k", "daemon", "daemon CPU per 4 KiB read(2), fio random read", "µs/read", "lower", None),
     ("cpu_coldread_seq", "daemon", "daemon CPU per MiB, cold sequential read", "µs/MiB", "lower", None),
     ("cpu_meta_create", "daemon", "daemon CPU per create (metadata: create)", "µs/op", "lower", None),
@@ -70,6 +75,8 @@ ROWS = [
      "req/job", "lower", None),
     ("req_rdwr_write", "daemon", "FUSE requests per 4 KiB write, O_RDWR file (kernel tracepoint)", "req/write",
      "lower", "req"),
+    ("moves_randwrite_4k", "daemon", "fio moved to another CPU, per 4 KiB random write (kernel tracepoint)",
+     "moves/write", "lower", None),
     ("rss_bound_growth", "daemon", "RSS growth per bound process, {bound_procs} live", "bytes", "lower", None),
     ("rss_inode_growth", "daemon", "RSS growth per cached inode, {rss_inodes} inodes", "bytes", "lower", "rss"),
     ("rss_inode_growth_small", "daemon", "RSS growth per cached inode, first {rss_inodes_small} (fd limit)", "bytes", "lower", "rss"),
@@ -206,7 +213,7 @@ def main():
             else:
                 s = samples.get((key, c), [])
                 cell = {"median": statistics.median(s) if s else None, "samples": s}
-                expected = rss_rounds if key.startswith("rss_") else 1 if key.startswith("req_") else rounds
+                expected = rss_rounds if key.startswith("rss_") else 1 if key.startswith(("req_", "moves_")) else rounds
                 ns = notes.get((key, c), [])
                 if ns:
                     cell["note"] = "; ".join(dict.fromkeys(ns))
@@ -343,7 +350,7 @@ def main():
               "journal rows on the real disk (" + config.get("disk_dir", "?") + "). "
               "ff/X = fencefs ÷ X (of the medians); an overlay row's target is met when fencefs is "
               "at least 1.0x every measured overlay (raw is the ceiling, not a contender). "
-              "For µs, bytes, KiB, s, req/job and req/write, lower is better. "
+              "For µs, bytes, KiB, s, req/job, req/write and moves/write, lower is better. "
               + ("fencefs ran with `" + config["fencefs_options"] + "`"
                  + (" (FUSE over io_uring; the kernel's enable_uring was set to Y for the run, "
                     "which no other daemon here asks for)" if "uring" in config["fencefs_options"]
@@ -435,6 +442,14 @@ def main():
         f"- fio: psync, buffered, time-based {config.get('fio_runtime_s', '?')} s per job on a "
         f"{config.get('fio_size', '?')} file (seq write 1 MiB → MB/s; random write/read 4 KiB → IOPS; "
         "fio drops the file's cached pages at open, so random reads reach the daemon).\n"
+        + (f"- random write held on CPU {config['held_cpu']}: the same random-write job, in the same "
+           f"rounds, under `taskset -c {config['held_cpu']}`, so that the scheduler cannot move fio to "
+           "another CPU when a reply wakes it; not an overlay target, it shows what the moves cost "
+           "(fencefs' rings serve a request on its caller's CPU).\n"
+           "- fio's moves between CPUs: one untimed 2 s random-write run per daemon after the timed "
+           "rounds, on a file sized first (`truncate`: nothing for fio to lay out), with the "
+           "tracepoint sched:sched_migrate_task enabled in a tracefs instance and filtered to "
+           "processes named fio; moves ÷ fio's writes.\n" if config.get("held_cpu") else "") +
         "- cold sequential read: the fio file read start to end in 1 MiB read(2)s, once per round, "
         "after `echo 1 > /proc/sys/vm/drop_caches` (the kernel's clean pages of every mount go; the "
         "tmpfs keeps its data): what cp, tar or rsync cost reading a file not cached (MB/s; daemon "

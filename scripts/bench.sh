@@ -47,6 +47,9 @@ ROUNDS=${BENCH_ROUNDS:-5}
 CONTENDERS=${BENCH_CONTENDERS:-raw passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs fencefs}
 FIO_SIZE=${BENCH_FIO_SIZE:-$(q 256M 16M)}
 FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
+# The random-write job runs a second time held on one CPU (the first this process may use), where
+# the scheduler cannot move the writer to another CPU when a reply wakes it.
+HELD_CPU=$(taskset -pc $$ | sed 's/.*: //; s/[-,].*//')
 LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
 META_FILES=${BENCH_META_FILES:-$(q 10000 500)}
 META_LISTINGS=${BENCH_META_LISTINGS:-3}
@@ -355,24 +358,24 @@ as() {
   fi
 }
 
-OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randread_4k coldread_seq reread_1m legacy_t1 legacy_t4
+OVERLAY_KEYS=(fio_seqwrite_1m fio_randwrite_4k fio_randwrite_4k_held fio_randread_4k coldread_seq reread_1m legacy_t1 legacy_t4
   cpu_legacy_t1 cpu_legacy_t4 meta_create meta_stat meta_stat_cold meta_list meta_unlink
-  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_stat_cold cpu_meta_unlink)
-DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randread_4k
+  cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randwrite_4k_held cpu_fio_randread_4k cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_stat_cold cpu_meta_unlink)
+DAEMON_KEYS=(cpu_legacy_t1 cpu_legacy_t4 cpu_fio_seqwrite_1m cpu_fio_randwrite_4k cpu_fio_randwrite_4k_held cpu_fio_randread_4k
   cpu_coldread_seq cpu_meta_create cpu_meta_stat cpu_meta_stat_cold cpu_meta_unlink)
 if has fencefs && [ "$FF_OK" = 0 ]; then
-  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_legacy_t1_self req_rdwr_write moves_randwrite_4k rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" fencefs "$FF_REASON"
   done
 fi
 if has raw; then
-  for k in "${DAEMON_KEYS[@]}" req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
+  for k in "${DAEMON_KEYS[@]}" req_legacy_t1 req_rdwr_write moves_randwrite_4k rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do note "$k" raw "no daemon"; done
 fi
 for c in passthrough_ll passthrough_ll_dp passthrough_hp mergerfs bindfs; do
   if has $c && [ -z "${SKIP_REASON[$c]:-}" ]; then note rss_bound_growth $c "no process binding in $c"; fi
 done
 if [ -n "${SKIP_REASON[passthrough_hp]:-}" ]; then
-  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_rdwr_write rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
+  for k in "${OVERLAY_KEYS[@]}" req_legacy_t1 req_rdwr_write moves_randwrite_4k rss_inode_growth rss_inode_growth_small rss_peak rss_peak_small rss_bound_growth; do
     note "$k" passthrough_hp "${SKIP_REASON[passthrough_hp]}"
   done
 fi
@@ -381,13 +384,14 @@ fi
 # Overlay workloads on tmpfs, interleaved: for each round, for each workload, every contender
 # (in the round's order, below).
 # ---------------------------------------------------------------------------------------------
-run_fio() {  # run_fio KEY CONTENDER ROUND RW BS FIELD
-  local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out pid t0 t1
+run_fio() {  # run_fio KEY CONTENDER ROUND RW BS FIELD [CPU]: with CPU, fio is held on that CPU
+  local key=$1 c=$2 r=$3 rw=$4 bs=$5 field=$6 d out pid t0 t1 held=()
+  [ -n "${7:-}" ] && held=(taskset -c "$7")
   d=$(workdir "$c")
   out=$W/fio-$key-$c-$r.json
   pid=$(daemon_pid "$c")
   [ -n "$pid" ] && t0=$(daemon_ticks "$pid")
-  if as "$c" fio --name="$key" --filename="$d/fio.dat" --rw="$rw" --bs="$bs" --size="$FIO_SIZE" \
+  if as "$c" "${held[@]}" fio --name="$key" --filename="$d/fio.dat" --rw="$rw" --bs="$bs" --size="$FIO_SIZE" \
       --ioengine=psync --runtime="$FIO_RUNTIME" --time_based --output-format=json \
       --output="$out" >"$W/fio.err" 2>&1; then
     [ -n "$pid" ] && t1=$(daemon_ticks "$pid")
@@ -528,6 +532,7 @@ for ((r = 1; r <= ROUNDS && ${#ACTIVE[@]} > 0; r++)); do
   log "round $r: ${ORDER[*]}"
   for c in "${ORDER[@]}"; do run_fio fio_seqwrite_1m "$c" "$r" write 1M mbps; done
   for c in "${ORDER[@]}"; do run_fio fio_randwrite_4k "$c" "$r" randwrite 4k iops; done
+  for c in "${ORDER[@]}"; do run_fio fio_randwrite_4k_held "$c" "$r" randwrite 4k iops "$HELD_CPU"; done
   for c in "${ORDER[@]}"; do run_fio fio_randread_4k "$c" "$r" randread 4k iops; done
   for c in "${ORDER[@]}"; do run_coldread "$c" "$r"; done
   for c in "${ORDER[@]}"; do run_reread "$c" "$r"; done
@@ -607,6 +612,34 @@ trace_jobs() {
       "$W/ff.before" "$W/ff.after" >"$out.ff"
   fi
 }
+# count_moves CONTENDER: prints how often the kernel moved fio to another CPU per 4 KiB random
+# write, over a 2-second fio run with the tracepoint sched:sched_migrate_task on, filtered to
+# processes named fio. The file is sized first (truncate: not every daemon here has fallocate), so
+# that fio has nothing to lay out.
+count_moves() {
+  local c=$1 d ev=$TI/events/sched/sched_migrate_task out=$W/moves.json ios moves kept
+  d=$(workdir "$c")/moves
+  [ -d "$ev" ] || { echo "no sched:sched_migrate_task tracepoint in $TRACEFS" >"$W/count.err"; return 1; }
+  if ! { as "$c" mkdir -p "$d" && as "$c" truncate -s "$FIO_SIZE" "$d/fio.dat"; } 2>"$W/count.err"; then
+    return 1
+  fi
+  if ! { echo 'comm == "fio"' >"$ev/filter" && : >"$TI/trace" && echo 1 >"$ev/enable"; }; then
+    echo "cannot enable sched:sched_migrate_task in $TI" >"$W/count.err"; return 1
+  fi
+  local rc=0
+  as "$c" fio --name=moves --filename="$d/fio.dat" --rw=randwrite --bs=4k --size="$FIO_SIZE" \
+    --ioengine=psync --runtime=2 --time_based --output-format=json --output="$out" \
+    >/dev/null 2>"$W/count.err" || rc=1
+  echo 0 >"$ev/enable"
+  as "$c" rm -rf "$d" || true
+  [ "$rc" = 0 ] || return 1
+  kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
+  [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
+  moves=$(grep -c 'sched_migrate_task:' "$TI/trace")
+  ios=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$out") || return 1
+  [ "${ios:-0}" -gt 0 ] || { echo "fio wrote nothing" >"$W/count.err"; return 1; }
+  awk -v m="$moves" -v n="$ios" 'BEGIN { printf "%.3f", m / n }'
+}
 # per_job A B N: "op value" lines, (B - A) / N for every op in either file.
 per_job() {
   awk -v n="$3" 'NR == FNR { a[$1] = $2; next } { b[$1] = $2 } END {
@@ -645,6 +678,11 @@ else
       log "requests per 4 KiB write (O_RDWR), $c: $(grep -v '^total ' "$W/req.per" | awk '$2 + 0 != 0' | sort | tr '\n' ' ')"
     else
       note req_rdwr_write "$c" "$(tail -1 "$W/count.err")"
+    fi
+    if v=$(count_moves "$c"); then
+      record moves_randwrite_4k "$c" 1 "$v"
+    else
+      note moves_randwrite_4k "$c" "$(tail -1 "$W/count.err")"
     fi
   done
   rmdir "$TI" 2>/dev/null || log "left tracefs instance $TI"
@@ -922,7 +960,7 @@ BENCH_R_LOAD="$LOAD_START at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the 
 python3 bench/report.py --results "$RES" --notes "$NOTES" --out-md "$OUT/latest.md" --out-json "$OUT/latest.json" \
   --contenders "${CONTENDERS}" --req-ops "$REQ_OPS" --history "$OUT" \
   --config "rounds=$ROUNDS" "quick=$QUICK" "fio_size=$FIO_SIZE" "fio_runtime_s=$FIO_RUNTIME" \
-  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" "meta_cold=1" "order=williams" \
+  "legacy_files=$LEGACY_FILES" "meta_files=$META_FILES" "meta_listings=$META_LISTINGS" "meta_seconds=$META_SECONDS" "meta_cold=1" "order=williams" "held_cpu=$HELD_CPU" \
   "rss_inodes=$RSS_INODES" "bound_procs=$BOUND_PROCS" "rss_rounds=$RSS_ROUNDS" \
   "advance_seconds=$ADV_SECS" "journal_records=$JOURNAL_RECORDS" "token_runs=$TOKEN_RUNS" "tmpfs_size=$TMPFS_SIZE" \
   "disk_dir=$DISK_DIR" "clk_tck=$CLK_TCK" "fd_limit=$FD_LIMIT" "rss_inodes_small=$RSS_SMALL" \
