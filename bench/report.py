@@ -32,7 +32,8 @@ ADDED_SINCE = {
     "order": "it ran the contenders in the same order in every round.",
     "meta_cold": "it had no cold-stat rows (runs since `a458217` unlinked names dropped first, "
                  "as this one does).",
-    "held_cpu": "it had no rows for fio held on one CPU nor for fio's moves between CPUs.",
+    "held_cpu": "it had no rows for fio held on one CPU nor for fio's moves between CPUs (each "
+                "round now runs that held job right after the random-write job).",
 }
 # key, section, label, unit, better ("higher"/"lower"), target kind
 ROWS = [
@@ -194,6 +195,9 @@ def main():
     for key, section, label, unit, better, tkind in ROWS:
         if key in ("rss_inode_growth_small", "rss_peak_small") and not config.get("rss_inodes_small"):
             continue  # only measured where the fd limit is below the inode count
+        if key in ("fio_randwrite_4k_held", "cpu_fio_randwrite_4k_held", "moves_randwrite_4k") \
+                and not config.get("held_cpu"):
+            continue  # runs before `5a74e99` had neither
         label = label.format_map(collections.defaultdict(lambda: "?", config))
         row = {"key": key, "section": section, "label": label, "unit": unit, "better": better,
                "target": TARGET_TEXT.get(tkind), "values": {}}
@@ -444,12 +448,14 @@ def main():
         "fio drops the file's cached pages at open, so random reads reach the daemon).\n"
         + (f"- random write held on CPU {config['held_cpu']}: the same random-write job, in the same "
            f"rounds, under `taskset -c {config['held_cpu']}`, so that the scheduler cannot move fio to "
-           "another CPU when a reply wakes it; not an overlay target, it shows what the moves cost "
-           "(fencefs' rings serve a request on its caller's CPU).\n"
+           "another CPU when a reply wakes it; not an overlay target: it shows what fencefs gains "
+           "without the moves"
+           + (" (its rings serve a request on its caller's CPU)" if "uring" in config.get("fencefs_options", "") else "")
+           + ", and holding fio slows a daemon that serves from the other CPU.\n"
            "- fio's moves between CPUs: one untimed 2 s random-write run per daemon after the timed "
-           "rounds, on a file sized first (`truncate`: nothing for fio to lay out), with the "
-           "tracepoint sched:sched_migrate_task enabled in a tracefs instance and filtered to "
-           "processes named fio; moves ÷ fio's writes.\n" if config.get("held_cpu") else "") +
+           "rounds, on a file sized first (`truncate`: nothing for fio to lay out, and each write is "
+           "the first to its page), with the tracepoint sched:sched_migrate_task enabled in a tracefs "
+           "instance and filtered to processes named fio (its parent too); moves ÷ fio's writes.\n" if config.get("held_cpu") else "") +
         "- cold sequential read: the fio file read start to end in 1 MiB read(2)s, once per round, "
         "after `echo 1 > /proc/sys/vm/drop_caches` (the kernel's clean pages of every mount go; the "
         "tmpfs keeps its data): what cp, tar or rsync cost reading a file not cached (MB/s; daemon "

@@ -49,7 +49,8 @@ FIO_SIZE=${BENCH_FIO_SIZE:-$(q 256M 16M)}
 FIO_RUNTIME=${BENCH_FIO_RUNTIME:-$(q 5 1)}
 # The random-write job runs a second time held on one CPU (the first this process may use), where
 # the scheduler cannot move the writer to another CPU when a reply wakes it.
-HELD_CPU=$(taskset -pc $$ | sed 's/.*: //; s/[-,].*//')
+HELD_CPU=$(awk '/^Cpus_allowed_list:/ { sub(/[-,].*/, "", $2); print $2 }' /proc/$$/status)
+[[ $HELD_CPU =~ ^[0-9]+$ ]] || { echo "bench: cannot tell which CPUs this process may use" >&2; exit 1; }
 LEGACY_FILES=${BENCH_LEGACY_FILES:-$(q 5000 200)}
 META_FILES=${BENCH_META_FILES:-$(q 10000 500)}
 META_LISTINGS=${BENCH_META_LISTINGS:-3}
@@ -200,7 +201,7 @@ cleanup() {
     fi
   done
   for m in "${TMPFS[@]}"; do is_mounted "$m" && umount -l "$m"; done
-  if [ -n "${TI:-}" ] && [ -d "$TI" ]; then echo 0 >"$TI/events/fuse/fuse_request_send/enable"; rmdir "$TI"; fi
+  if [ -n "${TI:-}" ] && [ -d "$TI" ]; then echo 0 >"$TI/events/enable"; rmdir "$TI"; fi
   if [ -n "${URING_WAS:-}" ]; then echo "$URING_WAS" >"$URING_PARAM"; fi
   # Remove the work dirs only when nothing is mounted below them any more.
   local d
@@ -614,17 +615,22 @@ trace_jobs() {
 }
 # count_moves CONTENDER: prints how often the kernel moved fio to another CPU per 4 KiB random
 # write, over a 2-second fio run with the tracepoint sched:sched_migrate_task on, filtered to
-# processes named fio. The file is sized first (truncate: not every daemon here has fallocate), so
-# that fio has nothing to lay out.
+# processes named fio (fio's own parent among them, which seldom moves). The file is sized first
+# (truncate: not every daemon here has fallocate), so that fio has nothing to lay out; each write
+# is then the first to its page, where the timed row overwrites a written file.
 count_moves() {
   local c=$1 d ev=$TI/events/sched/sched_migrate_task out=$W/moves.json ios moves kept
   d=$(workdir "$c")/moves
   [ -d "$ev" ] || { echo "no sched:sched_migrate_task tracepoint in $TRACEFS" >"$W/count.err"; return 1; }
   if ! { as "$c" mkdir -p "$d" && as "$c" truncate -s "$FIO_SIZE" "$d/fio.dat"; } 2>"$W/count.err"; then
+    as "$c" rm -rf "$d" || true
     return 1
   fi
   if ! { echo 'comm == "fio"' >"$ev/filter" && : >"$TI/trace" && echo 1 >"$ev/enable"; }; then
-    echo "cannot enable sched:sched_migrate_task in $TI" >"$W/count.err"; return 1
+    echo "cannot enable sched:sched_migrate_task in $TI" >"$W/count.err"
+    echo 0 >"$ev/enable" || true
+    as "$c" rm -rf "$d" || true
+    return 1
   fi
   local rc=0
   as "$c" fio --name=moves --filename="$d/fio.dat" --rw=randwrite --bs=4k --size="$FIO_SIZE" \
@@ -636,7 +642,8 @@ count_moves() {
   kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
   [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
   moves=$(grep -c 'sched_migrate_task:' "$TI/trace")
-  ios=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$out") || return 1
+  ios=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$out" 2>"$W/count.err") ||
+    { echo "cannot read fio's output $out" >>"$W/count.err"; return 1; }
   [ "${ios:-0}" -gt 0 ] || { echo "fio wrote nothing" >"$W/count.err"; return 1; }
   awk -v m="$moves" -v n="$ios" 'BEGIN { printf "%.3f", m / n }'
 }
@@ -652,6 +659,7 @@ if [ -z "$TI" ]; then
   for c in "${COUNT_ACTIVE[@]}"; do
     note req_legacy_t1 "$c" "$TRACE_REASON"
     note req_rdwr_write "$c" "$TRACE_REASON"
+    note moves_randwrite_4k "$c" "$TRACE_REASON"
   done
 else
   log "request counts: ${COUNT_ACTIVE[*]:-none}, $LEGACY_FILES and $((2 * LEGACY_FILES)) one-thread jobs"
