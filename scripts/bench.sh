@@ -582,6 +582,13 @@ for i in range(int(sys.argv[2])): os.pwrite(fd, b"x" * 4096, (i % 256) * 4096)
 os.close(fd)' "$d" "$n" ;;
   esac
 }
+# trace_all_kept: true when the instance's buffer kept every event written to it
+# ("entries-in-buffer/entries-written: KEPT/WRITTEN"); else says how many in count.err.
+trace_all_kept() {
+  local kept
+  kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
+  [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
+}
 # trace_jobs CONTENDER N OUT [KIND]: runs N units of the KIND workload (count_workload; legacy by
 # default) in a fresh directory with the tracepoint on; OUT gets "op count" lines (the kernel's
 # opcode names) and a "total" line. fencefs: OUT.ff gets the daemon's own counters' difference.
@@ -602,10 +609,7 @@ trace_jobs() {
   if [ "$c" = fencefs ]; then ff_requests >"$W/ff.after" || rc=1; fi
   as "$c" rm -rf "$d" || true
   [ "$rc" = 0 ] || return 1
-  # Every event must have been kept ("entries-in-buffer/entries-written: KEPT/WRITTEN").
-  local kept
-  kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
-  [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
+  trace_all_kept || return 1
   awk '/ opcode [0-9]+ \(FUSE_/ { match($0, /\(FUSE_[A-Z_0-9]+\)/); op = tolower(substr($0, RSTART + 6, RLENGTH - 7)); n[op]++; t++ }
        END { for (o in n) print o, n[o]; print "total", t + 0 }' "$TI/trace" >"$out"
   if [ "$c" = fencefs ]; then
@@ -619,7 +623,7 @@ trace_jobs() {
 # (truncate: not every daemon here has fallocate), so that fio has nothing to lay out; each write
 # is then the first to its page, where the timed row overwrites a written file.
 count_moves() {
-  local c=$1 d ev=$TI/events/sched/sched_migrate_task out=$W/moves.json ios moves kept
+  local c=$1 d ev=$TI/events/sched/sched_migrate_task out=$W/moves.json ios moves
   d=$(workdir "$c")/moves
   [ -d "$ev" ] || { echo "no sched:sched_migrate_task tracepoint in $TRACEFS" >"$W/count.err"; return 1; }
   if ! { as "$c" mkdir -p "$d" && as "$c" truncate -s "$FIO_SIZE" "$d/fio.dat"; } 2>"$W/count.err"; then
@@ -639,8 +643,7 @@ count_moves() {
   echo 0 >"$ev/enable"
   as "$c" rm -rf "$d" || true
   [ "$rc" = 0 ] || return 1
-  kept=$(awk '/entries-in-buffer\/entries-written:/ { split($3, a, "/"); print (a[1] == a[2]) ? "ok" : a[1] "/" a[2]; exit }' "$TI/trace")
-  [ "$kept" = ok ] || { echo "trace buffer overran ($kept events kept)" >"$W/count.err"; return 1; }
+  trace_all_kept || return 1
   moves=$(grep -c 'sched_migrate_task:' "$TI/trace")
   ios=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["jobs"][0]["write"]["total_ios"])' "$out" 2>"$W/count.err") ||
     { echo "cannot read fio's output $out" >>"$W/count.err"; return 1; }
