@@ -22,12 +22,20 @@ cmake --build build -j"$JOBS" >/dev/null || { echo "build failed"; exit 1; }
 
 failed=()
 passed=0
+# Each suite's output is also kept in build/test-logs/NAME.log; a failed suite's is printed again
+# at the end, where a CI log that shows only its last lines still has it.
+LOGS=build/test-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS" || exit 1
 run() {  # run NAME CMD...
   local name=$1
   shift
   echo "=== $name"
   local start=$SECONDS
-  if "$@"; then
+  # A file, not a pipe to tee: a process a suite leaves behind cannot hold the run open.
+  local rc=0
+  "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+  cat "$LOGS/$name.log"
+  if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1))
     echo "=== $name: ok ($((SECONDS - start)) s)"
   else
@@ -137,6 +145,12 @@ if want fuzz && [ -f scripts/fuzz.sh ]; then
   run "fuzz" env FUZZ_SECONDS="${FUZZ_SECONDS:-60}" bash scripts/fuzz.sh
 fi
 
+for name in "${failed[@]}"; do
+  [ -f "$LOGS/$name.log" ] || continue
+  echo
+  echo "=== $name failed; the last 150 lines of its output ($LOGS/$name.log):"
+  tail -n 150 "$LOGS/$name.log"
+done
 echo
 echo "suites: ${passed} passed, ${#failed[@]} failed${failed:+: ${failed[*]}}"
 echo "${passed} passed, ${#failed[@]} failed"
