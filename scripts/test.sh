@@ -22,19 +22,28 @@ cmake --build build -j"$JOBS" >/dev/null || { echo "build failed"; exit 1; }
 
 failed=()
 passed=0
-# Each suite's output is also kept in build/test-logs/NAME.log; a failed suite's is printed again
-# at the end, where a CI log that shows only its last lines still has it.
+# Each suite's output is also kept in build/test-logs/NAME.log (one run per tree at a time); a
+# failed suite's is printed again at the end, where a CI log that shows only its last lines still
+# has it.
 LOGS=build/test-logs
 rm -rf "$LOGS" && mkdir -p "$LOGS" || exit 1
+log_of() { echo "$LOGS/${1//:/_}.log"; }
 run() {  # run NAME CMD...
   local name=$1
   shift
   echo "=== $name"
-  local start=$SECONDS
-  # A file, not a pipe to tee: a process a suite leaves behind cannot hold the run open.
-  local rc=0
-  "$@" >"$LOGS/$name.log" 2>&1 || rc=$?
-  cat "$LOGS/$name.log"
+  local start=$SECONDS log rc=0 pid
+  log=$(log_of "$name")
+  # The suite writes to a file that tail follows until the suite ends: its output still streams,
+  # and a process it leaves behind holding the file cannot hold the run open (as a pipe to tee's
+  # writer would). A background job ignores Ctrl-C, so the trap passes it on.
+  : >"$log" || { failed+=("$name"); return 1; }  # there before tail opens it
+  "$@" >"$log" 2>&1 &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null; exit 130' INT
+  tail -n +1 -f -s 0.2 --pid="$pid" "$log"
+  wait "$pid" || rc=$?
+  trap - INT
   if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1))
     echo "=== $name: ok ($((SECONDS - start)) s)"
@@ -146,10 +155,11 @@ if want fuzz && [ -f scripts/fuzz.sh ]; then
 fi
 
 for name in "${failed[@]}"; do
-  [ -f "$LOGS/$name.log" ] || continue
+  log=$(log_of "$name")
+  [ -f "$log" ] || continue
   echo
-  echo "=== $name failed; the last 150 lines of its output ($LOGS/$name.log):"
-  tail -n 150 "$LOGS/$name.log"
+  echo "=== $name failed; the last 150 lines of its output ($log):"
+  tail -n 150 "$log"
 done
 echo
 echo "suites: ${passed} passed, ${#failed[@]} failed${failed:+: ${failed[*]}}"
