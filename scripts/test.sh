@@ -36,9 +36,14 @@ run() {  # run NAME CMD...
   log=$(log_of "$name")
   # The suite writes to a file that tail follows until the suite ends: its output still streams,
   # and a process it leaves behind holding the file cannot hold the run open (as a pipe to tee's
-  # writer would). A background job ignores Ctrl-C, so the trap passes it on.
+  # writer would). A background job starts with SIGINT and SIGQUIT ignored, which its daemons
+  # would inherit (libfuse leaves an ignored signal alone): the subshell gives them back their
+  # default, and the trap passes Ctrl-C on. CMD may be a shell function, so no exec.
   : >"$log" || { failed+=("$name"); return 1; }  # there before tail opens it
-  "$@" >"$log" 2>&1 &
+  (
+    trap - INT QUIT
+    "$@"
+  ) >"$log" 2>&1 &
   pid=$!
   trap 'kill "$pid" 2>/dev/null; exit 130' INT
   tail -n +1 -f -s 0.2 --pid="$pid" "$log"
