@@ -943,16 +943,8 @@ TEST(Hardening, WhatBackingsMountForbidsStaysForbidden) {
 // EWOULDBLOCK instead: they would hold a daemon worker, and a writer its domain's lock, meanwhile.
 TEST(Hardening, ALeaseInBackingDoesNotHoldTheDaemon) {
   // The kernel's default, set for the test: its bounds below tell a wait for the break from none.
-  const std::string knob = "/proc/sys/fs/lease-break-time";
-  struct BreakTime {
-    std::string knob, was;
-    ~BreakTime() {
-      if (!was.empty()) spit(knob, was);
-    }
-  } break_time{knob, slurp(knob)};
-  ASSERT_FALSE(break_time.was.empty());
-  spit(knob, "45\n");
-  ASSERT_EQ("45\n", slurp(knob));
+  Setting break_time("/proc/sys/fs/lease-break-time", "45\n");
+  ASSERT_TRUE(break_time.ok());
   auto m = open_mount();
   const std::string file = m.bpath("leased");
   spit(file, "leased\n");

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 namespace fencefs::testing {
 namespace {
@@ -379,6 +380,17 @@ std::string slurp(const std::string& path) {
 void spit(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << data;
+}
+
+Setting::Setting(std::string path, const std::string& value)
+    : path_(std::move(path)), was_(slurp(path_)) {
+  if (was_.empty()) return;
+  spit(path_, value);
+  ok_ = slurp(path_) == value;
+}
+
+void Setting::restore() {
+  if (!was_.empty()) spit(path_, std::exchange(was_, std::string()));
 }
 
 long long metric(const std::string& metrics, const std::string& name, const std::string& label) {

@@ -112,6 +112,21 @@ int in_child(const std::function<int()>& fn);
 
 std::string slurp(const std::string& path);
 void spit(const std::string& path, const std::string& data);
+// A kernel setting (a /proc/sys or /sys file) written for a test, and what it held before put
+// back when the test ends or restore() is called. ok(): it was read and now reads back as value.
+class Setting {
+ public:
+  Setting(std::string path, const std::string& value);
+  ~Setting() { restore(); }
+  Setting(const Setting&) = delete;
+  Setting& operator=(const Setting&) = delete;
+  bool ok() const { return ok_; }
+  void restore();
+
+ private:
+  std::string path_, was_;
+  bool ok_ = false;
+};
 // Stores `n` bytes of `c` at p (a mapping), in a forked child: false when the store faulted
 // (SIGBUS), as it does for a superseded holder whose page is not cached (its READ is refused).
 bool store(char* p, char c, size_t n);

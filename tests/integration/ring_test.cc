@@ -431,20 +431,14 @@ TEST_F(Ring, AnAdvanceRepliedAfterTheSessionEndedStillReachesItsCaller) {
 // The daemon asks for the rings only once it has made them: after an INIT reply that asked, the
 // kernel holds every request until each CPU's queue has an entry.
 TEST_F(Ring, ADaemonThatCannotMakeItsRingsServesThroughDevFuse) {
-  const std::string sysctl = "/proc/sys/kernel/io_uring_disabled";
-  std::string was = slurp(sysctl);
-  ASSERT_FALSE(was.empty());
-  struct Restore {
-    std::string path, value;
-    ~Restore() { spit(path, value); }
-  } restore{sysctl, was};
-  spit(sysctl, "2\n");  // io_uring_setup(2) fails with EPERM
+  Setting disabled("/proc/sys/kernel/io_uring_disabled", "2\n");  // io_uring_setup(2): EPERM
+  ASSERT_TRUE(disabled.ok());
   Mount m({"-o", "uring"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   pid_t left = -1;
   EXPECT_EQ(0, finishes_within("ls -a '" + m.mnt() + "' >/dev/null", 10000, &left))
       << "requests held by the kernel for rings that never came";
-  spit(sysctl, was);
+  disabled.restore();
   if (left > 0) {
     m.kill9();
     waitpid(left, nullptr, 0);
