@@ -95,6 +95,11 @@ namespace {
 ssize_t io_read(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
   if (n > 0) note_request(static_cast<const char*>(buf), static_cast<size_t>(n));
+  // The kernel fails a read with ECONNABORTED when the connection is torn down after handing
+  // this reader a request but before queueing it for the reply (fs/fuse/dev.c,
+  // fuse_dev_do_read): an unmount with RELEASEs still queued. The session has ended as for
+  // ENODEV, which libfuse takes for the unmount; else the daemon would exit with an error.
+  if (n < 0 && errno == ECONNABORTED) errno = ENODEV;
   return n;
 }
 
