@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -155,7 +156,15 @@ Mount::Mount(std::vector<std::string> extra, std::function<void(const std::strin
 }
 
 Mount::~Mount() {
-  if (mounted() || pid_ > 0) unmount();
+  // A daemon that exits badly at the end of a test (an error at unmount, a sanitizer's report at
+  // exit) fails the test, which otherwise passed with it.
+  if (pid_ > 0) {
+    if (int status = unmount(); status != 0)
+      ADD_FAILURE() << "fencefs at " << mnt_ << " ended with status " << status
+                    << " at the end of the test (its log is above)";
+  } else if (mounted()) {
+    unmount();
+  }
   { untrack_mount(mnt_); }
   if (!root_.empty() && std::getenv("FENCEFS_KEEP_TEST_DIRS") == nullptr) {
     sh("rm -rf '" + root_ + "'");
@@ -286,12 +295,17 @@ int Mount::try_mount(std::vector<std::string> extra) {
 }
 
 int Mount::unmount() {
+  // A test that stopped the daemon may have failed before resuming it.
+  if (pid_ > 0) kill(pid_, SIGCONT);
   // The daemon may unmount by itself meanwhile (SIGTERM): then there is nothing to force.
   if (mounted() && sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null") != 0 && mounted())
     sh("fusermount3 -u -z '" + mnt_ + "'");
   int status = -1;
+  bool had_daemon = pid_ > 0, killed = false;
   if (pid_ > 0) {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    // Generous: a sanitized daemon closing thousands of handles is slow, and a kill here now
+    // fails the test (~Mount).
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     int st;
     while (true) {
       pid_t r = waitpid(pid_, &st, WNOHANG);
@@ -303,6 +317,7 @@ int Mount::unmount() {
         kill(pid_, SIGKILL);
         waitpid(pid_, &st, 0);
         status = 128 + SIGKILL;
+        killed = true;
         break;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -311,11 +326,21 @@ int Mount::unmount() {
   }
   untrack_mount(mnt_);
   // A daemon that ended badly says why in its log, removed with the test's directory.
-  if (status != 0) {
+  if (had_daemon && status != 0) {
     std::string log = daemon_log();
-    if (log.size() > 3000) log = "…" + log.substr(log.size() - 3000);
-    fprintf(stderr, "fencefs at %s exited with status %d; the end of its log:\n%s\n", mnt_.c_str(),
-            status, log.c_str());
+    // A sanitizer's report is only useful whole: from its first line.
+    size_t from = log.find("==ERROR: ");
+    if (size_t ub = log.find(": runtime error: "); from == log.npos && ub != log.npos) {
+      size_t line = log.rfind('\n', ub);
+      from = line == log.npos ? 0 : line + 1;
+    }
+    if (from == log.npos) from = log.size() > 3000 ? log.size() - 3000 : 0;
+    if (killed)
+      fprintf(stderr, "fencefs at %s did not exit within 60 s of the unmount and was killed",
+              mnt_.c_str());
+    else
+      fprintf(stderr, "fencefs at %s exited with status %d", mnt_.c_str(), status);
+    fprintf(stderr, "; its log from offset %zu:\n%s\n", from, log.substr(from).c_str());
   }
   return status;
 }
