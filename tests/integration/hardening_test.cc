@@ -107,11 +107,14 @@ struct Outside {
   ~Outside() { sh("rm -rf '" + dir + "'"); }
 };
 
-// A mount whose negative entries outlast any test: were one dropped (the default timeout is 5 s,
+// A mount whose negative entries last 10 minutes: were one dropped (the default timeout is 5 s,
 // and a loaded machine can take that between the lookup and the open), the kernel would look the
 // name up again and follow a planted symlink itself, as it does natively, and the tests below
 // would blame the daemon.
-Mount open_mount_caching_absent() { return open_mount({"-o", "timeout=600"}); }
+Mount open_mount_caching_absent(std::vector<std::string> extra = {}) {
+  extra.insert(extra.end(), {"-o", "timeout=600"});
+  return open_mount(std::move(extra));
+}
 
 // Makes the kernel cache `rel` as absent (a negative entry), so that the next open with O_CREAT
 // is sent as CREATE without a lookup first. Needs open_mount_caching_absent().
@@ -341,7 +344,7 @@ TEST(Hardening, CreateOverAFilePlacedInBackingUsesARootCallersCapabilities) {
 // themselves: `unshare -U --map-user=0 --map-group=0` run by root, a unit's PrivateUsers=) holds
 // its capabilities there: over files whose owner and group it maps, and no others.
 TEST(Hardening, CreateOverAFilePlacedInBackingCountsAUserNamespacesCapabilities) {
-  auto m = open_mount();
+  auto m = open_mount_caching_absent();
   auto put = [&](const std::string& name, mode_t mode, uid_t uid, gid_t gid) {
     cache_absent(m, name);
     spit(m.bpath(name), name + "\n");
@@ -388,7 +391,7 @@ static int ring_open(Ring& ring, const std::string& path) {
 // moment, while /proc shows the worker's own, from when it started. A root caller that dropped
 // CAP_DAC_OVERRIDE after its ring's worker started does not get it back through the mount.
 TEST(Hardening, AnIoUringWorkersOwnCapabilitiesNeverCount) {
-  auto m = open_mount();
+  auto m = open_mount_caching_absent();
   for (const char* name : {"native", "mounted"}) {
     cache_absent(m, name);
     spit(m.bpath(name), "root's\n");
@@ -423,7 +426,7 @@ TEST(Hardening, AnIoUringWorkersOwnCapabilitiesNeverCount) {
 // through the mount, nor an issuer by it.
 TEST(Hardening, AnIoUringWorkersOwnGroupsNeverCount) {
   constexpr gid_t kGroup = 4242;
-  auto m = open_mount();
+  auto m = open_mount_caching_absent();
   for (const char* name : {"native", "mounted"}) {
     cache_absent(m, name);
     spit(m.bpath(name), "the group's\n");
@@ -504,7 +507,7 @@ TEST(Hardening, WithoutCapSetuidOrSetgidNothingIsDoneAsRootForACaller) {
   for (int cap : {CAP_SETUID, CAP_SETGID}) {
     const std::string name = cap == CAP_SETUID ? "CAP_SETUID" : "CAP_SETGID";
     SCOPED_TRACE("without " + name);
-    auto m = open_mount({"--drop-cap=" + std::to_string(cap)});
+    auto m = open_mount_caching_absent({"--drop-cap=" + std::to_string(cap)});
     ASSERT_TRUE(m.mounted());
     EXPECT_NE(std::string::npos, m.daemon_log().find("running as root without " + name))
         << m.daemon_log();
