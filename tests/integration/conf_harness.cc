@@ -486,7 +486,9 @@ std::string Env::daemon_log() const { return mount_ ? mount_->daemon_log() : "";
 bool Env::ensure_mounted() {
   if (!mount_) return ok_;
   if (mount_->mounted()) return true;
-  mount_->unmount();
+  // The daemon left during the last case: a failure, whatever that case saw.
+  ADD_FAILURE() << "the conformance mount went down; its daemon ended with status "
+                << mount_->unmount() << " (its log is above); mounting again";
   struct rlimit saved {};
   getrlimit(RLIMIT_NOFILE, &saved);
   if (nofile_) {
