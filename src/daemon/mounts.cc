@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <libmount/libmount.h>
+#include <sys/mount.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -64,9 +65,8 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
       error);
 }
 
-bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
-                   std::string* error) {
-  // The device from the mount table: stat(DIR) would wait for the INIT not yet answered.
+std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& backing,
+                                     std::string* error) {
   dev_t dev = 0;
   auto found = any_mount(
       "/proc/self/mountinfo",
@@ -76,11 +76,47 @@ bool set_readahead(const std::string& dir, const std::string& backing, unsigned 
         return true;
       },
       error);
-  if (!found) return false;
+  if (!found) return std::nullopt;
   if (!*found || !dev) {
     *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
+    return std::nullopt;
+  }
+  return dev;
+}
+
+std::optional<bool> devno_mounted(dev_t dev, std::string* error) {
+  return any_mount(
+      "/proc/self/mountinfo", [&](libmnt_fs* fs) { return mnt_fs_get_devno(fs) == dev; }, error);
+}
+
+bool detach_dead_mount(const std::string& dir, dev_t dev, std::string* error) {
+  dev_t top = 0;
+  auto found = any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) {
+        const char* target = mnt_fs_get_target(fs);
+        if (!target || dir != target) return false;
+        top = mnt_fs_get_devno(fs);
+        return true;
+      },
+      error);
+  if (!found) return false;
+  if (!*found || top != dev) {
+    *error = fmt::format("the newest mount at {} is not this daemon's", dir);
     return false;
   }
+  if (umount2(dir.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
+    *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
+    return false;
+  }
+  return true;
+}
+
+bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
+                   std::string* error) {
+  std::optional<dev_t> found = our_mount_devno(dir, backing, error);
+  if (!found) return false;
+  dev_t dev = *found;
   std::string knob = fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", major(dev), minor(dev));
   std::string value = fmt::format("{}\n", kib);
   int fd = open(knob.c_str(), O_WRONLY | O_CLOEXEC);

@@ -1,5 +1,7 @@
 // This mount namespace's mount table, read with libmount (which decodes the escaped paths).
 #pragma once
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 
@@ -10,6 +12,19 @@ namespace fencefs::daemon {
 // cannot be read.
 std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
                                   const std::string& table = "/proc/self/mountinfo");
+// The device of this daemon's mount at the canonical path DIR of BACKING: the newest
+// fuse.fencefs mount there of BACKING whose user_id is this process' uid, so never a mount someone
+// else made at that path. From the mount table: stat(DIR) would wait for an INIT not yet
+// answered. nullopt with *error when there is none.
+std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& backing,
+                                     std::string* error);
+// Whether a mount of device DEV is in this mount namespace's table, wherever it is now; nullopt
+// (with *error) when the table cannot be read.
+std::optional<bool> devno_mounted(dev_t dev, std::string* error);
+// Detaches the newest mount at the canonical path DIR if it is of device DEV: a mount whose
+// FUSE connection was aborted, which libfuse leaves in place (it takes the device's POLLERR for
+// an unmount). false with *error when it could not.
+bool detach_dead_mount(const std::string& dir, dev_t dev, std::string* error);
 // Sets the read-ahead (KiB) of this daemon's mount at the canonical path DIR of BACKING, through
 // its backing device info in sysfs (root only): the newest fuse.fencefs mount there of BACKING
 // whose user_id is this process' uid, so never a mount someone else made at that path. Before

@@ -27,6 +27,7 @@ std::atomic<bool> ring_wanted{false};       // the daemon asks for the rings
 std::atomic<bool> ring_offered{false};      // the kernel offered them at INIT
 
 std::atomic<fuse_session*> session{nullptr};
+std::atomic<bool> ended{false};  // a read said ENODEV
 thread_local bool kill_flag = false;
 
 template <typename T>
@@ -100,6 +101,7 @@ ssize_t io_read(int fd, void* buf, size_t len, void*) {
   // fuse_dev_do_read): an unmount with RELEASEs still queued. The session has ended as for
   // ENODEV, which libfuse takes for the unmount; else the daemon would exit with an error.
   if (n < 0 && errno == ECONNABORTED) errno = ENODEV;
+  if (n < 0 && errno == ENODEV) ended.store(true, std::memory_order_relaxed);
   return n;
 }
 
@@ -191,6 +193,8 @@ void want_rings(int per_cpu) {
 bool rings_offered() { return ring_wanted && ring_offered; }
 
 bool killpriv_v2() { return accepted; }
+
+bool connection_ended() { return ended.load(std::memory_order_relaxed); }
 
 // libfuse splices a reply through a pipe that must hold all of it and three pages more, and
 // without CAP_SYS_RESOURCE, which the workers drop, a pipe grows no larger than

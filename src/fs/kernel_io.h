@@ -33,6 +33,11 @@ bool kill_suidgid();
 // Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
 bool killpriv_v2();
 
+// Whether a read of /dev/fuse said the kernel ended the connection (ENODEV): an unmount, or an
+// abort (/sys/fs/fuse/connections/N/abort), which leaves the mount in place. Not after a stop
+// by a signal.
+bool connection_ended();
+
 // Where a handler reads a reply's data of size bytes (a READ's) for fuse_reply_buf, when libfuse
 // would otherwise copy it through a buffer it allocates per reply: a ring's entry, or a buffer
 // this thread keeps for replies too large to splice. nullptr: reply with fuse_reply_data.

@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -444,6 +445,8 @@ int main(int argc, char* argv[]) {
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
   daemon::apply_readahead(mnt, backing, o.readahead_kib);
+  std::string no_dev;
+  std::optional<dev_t> mount_dev = daemon::our_mount_devno(mnt, backing, &no_dev);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
@@ -465,6 +468,13 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
+  // The kernel ended the connection while the mount stayed in the table: it was aborted (the
+  // kernel's way to free a hung mount), not unmounted, which takes the mount out of the table
+  // first. A failure, so that a service manager starts the daemon again (Restart=on-failure);
+  // the unmount below removes the dead mount.
+  std::string no_table;
+  bool aborted = fs::kernel_io::connection_ended() && mount_dev &&
+                 daemon::devno_mounted(*mount_dev, &no_table).value_or(false);
   // Advances replied to from the journal's thread need the session, and the rings' their entry's
   // thread: they are waited for while the rings still serve, then each ring thread ends once its
   // entry's reply is made (an advance taken meanwhile), then the last callbacks are waited for.
@@ -474,6 +484,11 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
+  if (aborted) {
+    std::string why;
+    if (!daemon::detach_dead_mount(mnt, *mount_dev, &why))
+      log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, mnt);
+  }
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   // Before leave(): restamps are mutations, made while this member still holds the domains'
@@ -485,6 +500,13 @@ int main(int argc, char* argv[]) {
   daemon::remove_pidfile(pidfile);
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
+  if (aborted) {
+    log::error(
+        "the kernel aborted the FUSE connection of {} while it was mounted "
+        "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
+        mnt, minor(*mount_dev));
+    return 1;
+  }
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
   bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT;
   if (!clean) log::error("session ended with error {}", ret);

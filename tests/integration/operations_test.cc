@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -827,6 +828,43 @@ TEST(Unmount, WithReleasesStillQueuedEndsTheDaemonCleanly) {
         << m.daemon_log();
     ASSERT_EQ(m.unmount(), 0) << "round " << round << "\n" << m.daemon_log();
   }
+}
+
+// The kernel's way to free a hung mount is a write to its connection's abort file. The mount
+// stays in the table, dead (ENOTCONN): the daemon removes it, says why, and exits 1, so that a
+// service manager starts it again. An unmount is told apart by the mount leaving the table first.
+TEST(Unmount, AnAbortedConnectionEndsTheDaemonWithAFailure) {
+  // Where the connections are; systemd mounts it at boot, but not every machine runs systemd.
+  const std::string conns = "/sys/fs/fuse/connections";
+  struct Fusectl {
+    std::string dir;
+    bool ours = false;
+    ~Fusectl() {
+      if (ours) sh("umount '" + dir + "'");
+    }
+  } fusectl{conns};
+  if (!is_mounted(conns)) {
+    ASSERT_EQ(0, sh("mount -t fusectl fusectl '" + conns + "'"));
+    fusectl.ours = true;
+  }
+  Mount m;
+  ASSERT_EQ(0, write_as(m, 2, "before", "x"));  // the domain's epoch is 2 from here on
+  struct stat st;
+  ASSERT_EQ(0, ::stat(m.mnt().c_str(), &st));
+  spit(conns + "/" + std::to_string(minor(st.st_dev)) + "/abort", "1\n");
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (m.mounted() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(m.mounted()) << "the dead mount was left in place\n" << m.daemon_log();
+  EXPECT_EQ(m.unmount(), 1) << m.daemon_log();
+  EXPECT_NE(m.daemon_log().find("the kernel aborted the FUSE connection of " + m.mnt() +
+                                " while it was mounted"),
+            std::string::npos)
+      << m.daemon_log();
+  // Nothing of the state is lost: a new daemon still enforces epoch 2.
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 1"); }));
+  EXPECT_EQ(0, write_as(m, 2, "after", "x"));
 }
 
 // ---------------------------------------------------------------------------------------------
