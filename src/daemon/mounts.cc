@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <libmount/libmount.h>
+#include <linux/openat2.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -84,32 +87,45 @@ std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& 
   return dev;
 }
 
-std::optional<bool> devno_mounted(dev_t dev, std::string* error) {
-  return any_mount(
-      "/proc/self/mountinfo", [&](libmnt_fs* fs) { return mnt_fs_get_devno(fs) == dev; }, error);
-}
-
-bool detach_dead_mount(const std::string& dir, dev_t dev, std::string* error) {
-  dev_t top = 0;
+bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
+                       std::string* error) {
+  int id = -1;
   auto found = any_mount(
       "/proc/self/mountinfo",
       [&](libmnt_fs* fs) {
         const char* target = mnt_fs_get_target(fs);
         if (!target || dir != target) return false;
-        top = mnt_fs_get_devno(fs);
-        return true;
+        if (ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev) id = mnt_fs_get_id(fs);
+        return true;  // the newest at DIR only
       },
       error);
   if (!found) return false;
-  if (!*found || top != dev) {
+  if (id < 0) {
     *error = fmt::format("the newest mount at {} is not this daemon's", dir);
     return false;
   }
-  if (umount2(dir.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0) {
-    *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
+  // Root detaches through a descriptor of that very mount, never by the path again: a directory
+  // on the way swapped for a link meanwhile would lead it elsewhere. O_PATH sends no request, and
+  // the mount id comes from the kernel's cache.
+  open_how how{};
+  how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
+  how.resolve = RESOLVE_NO_SYMLINKS;
+  int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, dir.c_str(), &how, sizeof how));
+  if (fd < 0) {
+    *error = fmt::format("{}: {}", dir, common::errstr(errno));
     return false;
   }
-  return true;
+  struct statx sx {};
+  bool same = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &sx) == 0 &&
+              (sx.stx_mask & STATX_MNT_ID) && sx.stx_mnt_id == static_cast<uint64_t>(id);
+  std::string self = fmt::format("/proc/self/fd/{}", fd);
+  bool ok = same && umount2(self.c_str(), MNT_DETACH) == 0;
+  if (!same)
+    *error = fmt::format("the mount reached at {} is not the one in the table", dir);
+  else if (!ok)
+    *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
+  close(fd);
+  return ok;
 }
 
 bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,

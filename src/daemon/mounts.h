@@ -18,13 +18,11 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
 // answered. nullopt with *error when there is none.
 std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& backing,
                                      std::string* error);
-// Whether a mount of device DEV is in this mount namespace's table, wherever it is now; nullopt
-// (with *error) when the table cannot be read.
-std::optional<bool> devno_mounted(dev_t dev, std::string* error);
-// Detaches the newest mount at the canonical path DIR if it is of device DEV: a mount whose
-// FUSE connection was aborted, which libfuse leaves in place (it takes the device's POLLERR for
-// an unmount). false with *error when it could not.
-bool detach_dead_mount(const std::string& dir, dev_t dev, std::string* error);
+// Detaches the newest mount at the canonical path DIR if it is this daemon's (as for
+// our_mount_devno, and of device DEV): one whose FUSE connection was aborted, which libfuse leaves
+// in place (it takes the device's POLLERR for an unmount). false with *error when it did not.
+bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
+                       std::string* error);
 // Sets the read-ahead (KiB) of this daemon's mount at the canonical path DIR of BACKING, through
 // its backing device info in sysfs (root only): the newest fuse.fencefs mount there of BACKING
 // whose user_id is this process' uid, so never a mount someone else made at that path. Before

@@ -27,7 +27,7 @@ std::atomic<bool> ring_wanted{false};       // the daemon asks for the rings
 std::atomic<bool> ring_offered{false};      // the kernel offered them at INIT
 
 std::atomic<fuse_session*> session{nullptr};
-std::atomic<bool> ended{false};  // a read said ENODEV
+std::atomic<bool> ended{false};  // a read said the connection is gone
 thread_local bool kill_flag = false;
 
 template <typename T>
@@ -126,7 +126,8 @@ ssize_t io_writev(int fd, iovec* iov, int count, void*) {
       std::memcpy(out, iov[1].iov_base, len);
       uint32_t flags;
       std::memcpy(&flags, out + offsetof(fuse_init_out, flags), sizeof flags);
-      flags |= FUSE_HANDLE_KILLPRIV_V2;
+      // FUSE_ABORT_ERROR: once aborted, reads say ECONNABORTED, not ENODEV as after an unmount.
+      flags |= FUSE_HANDLE_KILLPRIV_V2 | FUSE_ABORT_ERROR;
       bool rings =
           ring_wanted && ring_offered && len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t);
       if (rings) {
@@ -194,7 +195,17 @@ bool rings_offered() { return ring_wanted && ring_offered; }
 
 bool killpriv_v2() { return accepted; }
 
-bool connection_ended() { return ended.load(std::memory_order_relaxed); }
+bool connection_aborted() {
+  fuse_session* se = session.load();
+  if (!ended.load(std::memory_order_relaxed) || !se) return false;  // a live one would block
+  // Gone for good: the read fails at once, with the cause. (A read that raced the teardown
+  // above may have said ECONNABORTED at an unmount too.) The kernel checks the buffer's size
+  // first: room for the largest WRITE.
+  constexpr size_t kRoom = size_t{32} << 20;
+  std::unique_ptr<char[]> buf(new char[kRoom]);  // untouched: the read copies nothing into it
+  ssize_t n = ::read(fuse_session_fd(se), buf.get(), kRoom);
+  return n < 0 && errno == ECONNABORTED;
+}
 
 // libfuse splices a reply through a pipe that must hold all of it and three pages more, and
 // without CAP_SYS_RESOURCE, which the workers drop, a pipe grows no larger than

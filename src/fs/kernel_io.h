@@ -33,10 +33,11 @@ bool kill_suidgid();
 // Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
 bool killpriv_v2();
 
-// Whether a read of /dev/fuse said the kernel ended the connection (ENODEV): an unmount, or an
-// abort (/sys/fs/fuse/connections/N/abort), which leaves the mount in place. Not after a stop
-// by a signal.
-bool connection_ended();
+// After the session loop: whether the kernel ended the connection by an abort
+// (/sys/fs/fuse/connections/N/abort), which leaves the mount in place, dead, rather than by an
+// unmount. Known from a read of /dev/fuse once the connection is gone (ECONNABORTED, as asked
+// for at INIT, against ENODEV); false after a stop by a signal, the connection still live.
+bool connection_aborted();
 
 // Where a handler reads a reply's data of size bytes (a READ's) for fuse_reply_buf, when libfuse
 // would otherwise copy it through a buffer it allocates per reply: a ring's entry, or a buffer

@@ -468,13 +468,10 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
-  // The kernel ended the connection while the mount stayed in the table: it was aborted (the
-  // kernel's way to free a hung mount), not unmounted, which takes the mount out of the table
-  // first. A failure, so that a service manager starts the daemon again (Restart=on-failure);
-  // the unmount below removes the dead mount.
-  std::string no_table;
-  bool aborted = fs::kernel_io::connection_ended() && mount_dev &&
-                 daemon::devno_mounted(*mount_dev, &no_table).value_or(false);
+  // Aborted (the kernel's way to free a hung mount), not unmounted: the mount stays, dead, and
+  // libfuse leaves it. A failure, so that a service manager starts the daemon again
+  // (Restart=on-failure), once the dead mount is detached below.
+  bool aborted = fs::kernel_io::connection_aborted();
   // Advances replied to from the journal's thread need the session, and the rings' their entry's
   // thread: they are waited for while the rings still serve, then each ring thread ends once its
   // entry's reply is made (an advance taken meanwhile), then the last callbacks are waited for.
@@ -485,8 +482,8 @@ int main(int argc, char* argv[]) {
   daemon::notify_stopping();
   fuse_session_unmount(se);
   if (aborted) {
-    std::string why;
-    if (!daemon::detach_dead_mount(mnt, *mount_dev, &why))
+    std::string why = no_dev;
+    if (!mount_dev || !daemon::detach_dead_mount(mnt, backing, *mount_dev, &why))
       log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, mnt);
   }
   fuse_remove_signal_handlers(se);
@@ -501,10 +498,11 @@ int main(int argc, char* argv[]) {
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
   if (aborted) {
+    std::string conn = mount_dev ? std::to_string(minor(*mount_dev)) : "N";
     log::error(
         "the kernel aborted the FUSE connection of {} while it was mounted "
         "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
-        mnt, minor(*mount_dev));
+        mnt, conn);
     return 1;
   }
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.

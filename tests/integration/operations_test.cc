@@ -867,6 +867,30 @@ TEST(Unmount, AnAbortedConnectionEndsTheDaemonWithAFailure) {
   EXPECT_EQ(0, write_as(m, 2, "after", "x"));
 }
 
+// An unmount is never taken for an abort, even when another mount takes the path (and perhaps
+// the device number the kernel just freed) at once: the daemon exits 0 and leaves that mount.
+TEST(Unmount, AMountMadeAtThePathRightAfterAnUnmountIsLeftAlone) {
+  for (int round = 0; round < 5; round++) {
+    Mount m;
+    pid_t pid = m.daemon_pid();
+    struct Tmpfs {
+      std::string dir;
+      ~Tmpfs() { sh("umount '" + dir + "' 2>/dev/null"); }
+    } tmpfs{m.mnt()};
+    ASSERT_EQ(
+        0, sh("umount '" + m.mnt() + "' && mount -t tmpfs fencefs-test-tmpfs '" + m.mnt() + "'"));
+    std::string statf = "/proc/" + std::to_string(pid) + "/stat";
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (slurp(statf).find(") Z ") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ("tmpfs\n", sh_out("findmnt -no FSTYPE '" + m.mnt() + "'")) << m.daemon_log();
+    ASSERT_EQ(0, sh("umount '" + m.mnt() + "'"));
+    EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
+    EXPECT_EQ(m.daemon_log().find("aborted"), std::string::npos) << m.daemon_log();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Logging.
 
