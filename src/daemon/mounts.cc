@@ -128,6 +128,17 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
   return ok;
 }
 
+void after_abort(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
+                 const std::string& no_dev) {
+  log::error(
+      "the kernel aborted the FUSE connection of {} while it was mounted "
+      "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
+      dir, dev ? std::to_string(minor(*dev)) : "N");
+  std::string why = no_dev;
+  if (!dev || !detach_dead_mount(dir, backing, *dev, &why))
+    log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, dir);
+}
+
 bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
                    std::string* error) {
   std::optional<dev_t> found = our_mount_devno(dir, backing, error);

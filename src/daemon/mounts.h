@@ -23,6 +23,11 @@ std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& 
 // in place (it takes the device's POLLERR for an unmount). false with *error when it did not.
 bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
                        std::string* error);
+// After the kernel aborted the connection of this daemon's mount at DIR (DEV as our_mount_devno
+// found it at start, else why not): says so and detaches the dead mount. The daemon then exits 1,
+// so that a service manager starts it again.
+void after_abort(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
+                 const std::string& no_dev);
 // Sets the read-ahead (KiB) of this daemon's mount at the canonical path DIR of BACKING, through
 // its backing device info in sysfs (root only): the newest fuse.fencefs mount there of BACKING
 // whose user_id is this process' uid, so never a mount someone else made at that path. Before

@@ -7,7 +7,6 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/sysmacros.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -481,11 +480,7 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
-  if (aborted) {
-    std::string why = no_dev;
-    if (!mount_dev || !daemon::detach_dead_mount(mnt, backing, *mount_dev, &why))
-      log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, mnt);
-  }
+  if (aborted) daemon::after_abort(mnt, backing, mount_dev, no_dev);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   // Before leave(): restamps are mutations, made while this member still holds the domains'
@@ -497,14 +492,7 @@ int main(int argc, char* argv[]) {
   daemon::remove_pidfile(pidfile);
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
-  if (aborted) {
-    std::string conn = mount_dev ? std::to_string(minor(*mount_dev)) : "N";
-    log::error(
-        "the kernel aborted the FUSE connection of {} while it was mounted "
-        "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
-        mnt, conn);
-    return 1;
-  }
+  if (aborted) return 1;
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
   bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT;
   if (!clean) log::error("session ended with error {}", ret);
