@@ -89,24 +89,10 @@ std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& 
 
 bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
                        std::string* error) {
-  int id = -1;
-  auto found = any_mount(
-      "/proc/self/mountinfo",
-      [&](libmnt_fs* fs) {
-        const char* target = mnt_fs_get_target(fs);
-        if (!target || dir != target) return false;
-        if (ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev) id = mnt_fs_get_id(fs);
-        return true;  // the newest at DIR only
-      },
-      error);
-  if (!found) return false;
-  if (id < 0) {
-    *error = fmt::format("the newest mount at {} is not this daemon's", dir);
-    return false;
-  }
-  // Root detaches through a descriptor of that very mount, never by the path again: a directory
-  // on the way swapped for a link meanwhile would lead it elsewhere. O_PATH sends no request, and
-  // the mount id comes from the kernel's cache.
+  // Root detaches through a descriptor of the mount, never by the path again: a directory on the
+  // way swapped for a link would lead it elsewhere. The descriptor holds the mount, so its id
+  // cannot pass to another before it is checked in the table. O_PATH sends no request, and
+  // statx answers from the kernel's cache.
   open_how how{};
   how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
   how.resolve = RESOLVE_NO_SYMLINKS;
@@ -116,14 +102,27 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
     return false;
   }
   struct statx sx {};
-  bool same = statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &sx) == 0 &&
-              (sx.stx_mask & STATX_MNT_ID) && sx.stx_mnt_id == static_cast<uint64_t>(id);
-  std::string self = fmt::format("/proc/self/fd/{}", fd);
-  bool ok = same && umount2(self.c_str(), MNT_DETACH) == 0;
-  if (!same)
-    *error = fmt::format("the mount reached at {} is not the one in the table", dir);
-  else if (!ok)
+  if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &sx) != 0 ||
+      !(sx.stx_mask & STATX_MNT_ID)) {
+    *error = fmt::format("statx {}: {}", dir, common::errstr(errno));
+    close(fd);
+    return false;
+  }
+  bool mine = false;
+  auto found = any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) {
+        if (static_cast<uint64_t>(mnt_fs_get_id(fs)) != sx.stx_mnt_id) return false;
+        mine = ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev;
+        return true;
+      },
+      error);
+  bool ok = found.has_value() && mine && makedev(sx.stx_dev_major, sx.stx_dev_minor) == dev;
+  if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not this daemon's", dir);
+  if (ok && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
+    ok = false;
     *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
+  }
   close(fd);
   return ok;
 }

@@ -22,6 +22,7 @@ namespace {
 
 std::atomic<uint64_t> init_unique{0};  // the INIT request whose reply gets the flag
 std::atomic<bool> accepted{false};
+std::atomic<uint32_t> offered{0};  // of the INIT flags the reply asks for, those the kernel offered
 constexpr uint32_t kOverIoUring = 1u << 9;  // FUSE_OVER_IO_URING (bit 41), in flags2
 std::atomic<bool> ring_wanted{false};       // the daemon asks for the rings
 std::atomic<bool> ring_offered{false};      // the kernel offered them at INIT
@@ -70,7 +71,8 @@ void note_request(const char* buf, size_t n) {
       // The first 16 bytes (major, minor, max_readahead, flags) are in every protocol version.
       if (n < sizeof(fuse_in_header) + offsetof(fuse_init_in, flags) + sizeof in.flags) break;
       std::memcpy(&in, buf + sizeof(fuse_in_header), offsetof(fuse_init_in, flags) + 4);
-      if (in.flags & FUSE_HANDLE_KILLPRIV_V2) init_unique = h.unique;
+      if (in.flags & (FUSE_HANDLE_KILLPRIV_V2 | FUSE_ABORT_ERROR)) init_unique = h.unique;
+      offered = in.flags & (FUSE_HANDLE_KILLPRIV_V2 | FUSE_ABORT_ERROR);
       if ((in.flags & FUSE_INIT_EXT) &&
           n >= sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2) + sizeof in.flags2) {
         std::memcpy(&in.flags2, buf + sizeof(fuse_in_header) + offsetof(fuse_init_in, flags2),
@@ -96,10 +98,10 @@ namespace {
 ssize_t io_read(int fd, void* buf, size_t len, void*) {
   ssize_t n = ::read(fd, buf, len);
   if (n > 0) note_request(static_cast<const char*>(buf), static_cast<size_t>(n));
-  // The kernel fails a read with ECONNABORTED when the connection is torn down after handing
-  // this reader a request but before queueing it for the reply (fs/fuse/dev.c,
-  // fuse_dev_do_read): an unmount with RELEASEs still queued. The session has ended as for
-  // ENODEV, which libfuse takes for the unmount; else the daemon would exit with an error.
+  // ECONNABORTED: the connection was aborted (FUSE_ABORT_ERROR), or torn down by an unmount
+  // after handing this reader a request but before queueing it for the reply (fs/fuse/dev.c,
+  // fuse_dev_do_read; RELEASEs still queued). Either way the session has ended, as libfuse takes
+  // ENODEV to mean; else the daemon would exit with an error. connection_aborted() tells which.
   if (n < 0 && errno == ECONNABORTED) errno = ENODEV;
   if (n < 0 && errno == ENODEV) ended.store(true, std::memory_order_relaxed);
   return n;
@@ -127,7 +129,7 @@ ssize_t io_writev(int fd, iovec* iov, int count, void*) {
       uint32_t flags;
       std::memcpy(&flags, out + offsetof(fuse_init_out, flags), sizeof flags);
       // FUSE_ABORT_ERROR: once aborted, reads say ECONNABORTED, not ENODEV as after an unmount.
-      flags |= FUSE_HANDLE_KILLPRIV_V2 | FUSE_ABORT_ERROR;
+      flags |= offered.load() & (FUSE_HANDLE_KILLPRIV_V2 | FUSE_ABORT_ERROR);
       bool rings =
           ring_wanted && ring_offered && len >= offsetof(fuse_init_out, flags2) + sizeof(uint32_t);
       if (rings) {
@@ -201,9 +203,9 @@ bool connection_aborted() {
   // Gone for good: the read fails at once, with the cause. (A read that raced the teardown
   // above may have said ECONNABORTED at an unmount too.) The kernel checks the buffer's size
   // first: room for the largest WRITE.
-  constexpr size_t kRoom = size_t{32} << 20;
-  std::unique_ptr<char[]> buf(new char[kRoom]);  // untouched: the read copies nothing into it
-  ssize_t n = ::read(fuse_session_fd(se), buf.get(), kRoom);
+  constexpr size_t kRoom = (size_t{16} << 20) + 65536;  // libfuse's max_write with 64 KiB pages
+  std::unique_ptr<char[]> buf(new (std::nothrow) char[kRoom]);  // untouched: nothing is copied
+  ssize_t n = buf ? ::read(fuse_session_fd(se), buf.get(), kRoom) : -1;
   return n < 0 && errno == ECONNABORTED;
 }
 

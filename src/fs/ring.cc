@@ -284,8 +284,9 @@ void* run(void* arg) {
         drain(q);
         arm_wake(q);
       } else if (res < 0) {
-        // ENOTCONN, ECANCELED: the connection is going away.
-        if (res != -ENOTCONN && res != -ECANCELED)
+        // ENOTCONN, ECANCELED, ECONNABORTED (aborted, FUSE_ABORT_ERROR): the connection is
+        // going away.
+        if (res != -ENOTCONN && res != -ECANCELED && res != -ECONNABORTED)
           log::error("FUSE ring {}: {}", q.qid, common::errstr(-res));
         ending = true;
       } else {

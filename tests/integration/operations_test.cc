@@ -832,7 +832,7 @@ TEST(Unmount, WithReleasesStillQueuedEndsTheDaemonCleanly) {
 
 // The kernel's way to free a hung mount is a write to its connection's abort file. The mount
 // stays in the table, dead (ENOTCONN): the daemon removes it, says why, and exits 1, so that a
-// service manager starts it again. An unmount is told apart by the mount leaving the table first.
+// service manager starts it again.
 TEST(Unmount, AnAbortedConnectionEndsTheDaemonWithAFailure) {
   // Where the connections are; systemd mounts it at boot, but not every machine runs systemd.
   const std::string conns = "/sys/fs/fuse/connections";
