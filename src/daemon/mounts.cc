@@ -117,7 +117,7 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
         return true;
       },
       error);
-  bool ok = found.has_value() && mine && makedev(sx.stx_dev_major, sx.stx_dev_minor) == dev;
+  bool ok = found.has_value() && mine;
   if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not this daemon's", dir);
   if (ok && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
     ok = false;
@@ -138,11 +138,7 @@ void after_abort(const std::string& dir, const std::string& backing, std::option
     log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, dir);
 }
 
-bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
-                   std::string* error) {
-  std::optional<dev_t> found = our_mount_devno(dir, backing, error);
-  if (!found) return false;
-  dev_t dev = *found;
+bool set_readahead(dev_t dev, unsigned kib, std::string* error) {
   std::string knob = fmt::format("/sys/class/bdi/{}:{}/read_ahead_kb", major(dev), minor(dev));
   std::string value = fmt::format("{}\n", kib);
   int fd = open(knob.c_str(), O_WRONLY | O_CLOEXEC);
@@ -154,11 +150,11 @@ bool set_readahead(const std::string& dir, const std::string& backing, unsigned 
   return ok;
 }
 
-void apply_readahead(const std::string& dir, const std::string& backing,
+void apply_readahead(std::optional<dev_t> dev, const std::string& no_dev,
                      std::optional<unsigned> asked) {
   unsigned kib = asked.value_or(kDefaultReadaheadKib);
-  std::string why;
-  if (kib == 0 || set_readahead(dir, backing, kib, &why)) return;
+  std::string why = no_dev;
+  if (kib == 0 || (dev && set_readahead(*dev, kib, &why))) return;
   auto level = asked ? log::Level::Warn : log::Level::Info;
   if (log::enabled(level))
     log::write(level, fmt::format("cannot set the mount's read-ahead to {} KiB ({}): the "

@@ -18,7 +18,7 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
 // answered. nullopt with *error when there is none.
 std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& backing,
                                      std::string* error);
-// Detaches the newest mount at the canonical path DIR if it is this daemon's (as for
+// Detaches the mount the canonical path DIR leads to if it is this daemon's (as for
 // our_mount_devno, and of device DEV): one whose FUSE connection was aborted, which libfuse leaves
 // in place (it takes the device's POLLERR for an unmount). false with *error when it did not.
 bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
@@ -28,17 +28,14 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
 // so that a service manager starts it again.
 void after_abort(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
                  const std::string& no_dev);
-// Sets the read-ahead (KiB) of this daemon's mount at the canonical path DIR of BACKING, through
-// its backing device info in sysfs (root only): the newest fuse.fencefs mount there of BACKING
-// whose user_id is this process' uid, so never a mount someone else made at that path. Before
-// INIT is answered: the kernel then lowers it to the reply's max_readahead, never raises it.
-// false with *error when it could not.
-bool set_readahead(const std::string& dir, const std::string& backing, unsigned kib,
-                   std::string* error);
+// Sets the read-ahead (KiB) of this daemon's mount, of device DEV (our_mount_devno), through its
+// backing device info in sysfs (root only). Before INIT is answered: the kernel then lowers it to
+// the reply's max_readahead, never raises it. false with *error when it could not.
+bool set_readahead(dev_t dev, unsigned kib, std::string* error);
 // set_readahead to readahead= (`asked`; 0 leaves the kernel's), else to kDefaultReadaheadKib; why
-// not in the log when it could not, a warning when asked.
+// not (NO_DEV when DEV is unknown) in the log when it could not, a warning when asked.
 constexpr unsigned kDefaultReadaheadKib = 1024;
-void apply_readahead(const std::string& dir, const std::string& backing,
+void apply_readahead(std::optional<dev_t> dev, const std::string& no_dev,
                      std::optional<unsigned> asked);
 // Whether the directory DIR holds any entry besides . and ..; nullopt (with *error) when it
 // cannot be read.

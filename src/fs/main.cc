@@ -443,9 +443,9 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  daemon::apply_readahead(mnt, backing, o.readahead_kib);
   std::string no_dev;
   std::optional<dev_t> mount_dev = daemon::our_mount_devno(mnt, backing, &no_dev);
+  daemon::apply_readahead(mount_dev, no_dev, o.readahead_kib);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
