@@ -709,9 +709,7 @@ std::string diff(const Result& r, const std::function<bool(const std::string&)>&
     for (Env* env : {g_env, g_env_low}) {
       if (env && !selftest_mode()) {
         std::string log = env->daemon_log();
-        // A sanitizer report is only useful whole: keep it from its first line.
-        size_t from = log.find("==ERROR: ");
-        if (from == std::string::npos) from = log.size() > 4000 ? log.size() - 4000 : 0;
+        size_t from = fencefs::testing::report_start(log, 4000);
         out << "daemon log (" << env->mnt_root() << "), from offset " << from << ":\n"
             << log.substr(from) << "\n";
       }

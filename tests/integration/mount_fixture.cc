@@ -300,8 +300,8 @@ int Mount::unmount() {
   // The daemon may unmount by itself meanwhile (SIGTERM): then there is nothing to force.
   if (mounted() && sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null") != 0 && mounted())
     sh("fusermount3 -u -z '" + mnt_ + "'");
-  int status = -1;
-  bool had_daemon = pid_ > 0, killed = false;
+  int status = -1;  // no daemon
+  bool killed = false;
   if (pid_ > 0) {
     // Generous: a sanitized daemon closing thousands of handles is slow, and a kill here now
     // fails the test (~Mount).
@@ -326,15 +326,9 @@ int Mount::unmount() {
   }
   untrack_mount(mnt_);
   // A daemon that ended badly says why in its log, removed with the test's directory.
-  if (had_daemon && status != 0) {
+  if (status > 0) {
     std::string log = daemon_log();
-    // A sanitizer's report is only useful whole: from its first line.
-    size_t from = log.find("==ERROR: ");
-    if (size_t ub = log.find(": runtime error: "); from == log.npos && ub != log.npos) {
-      size_t line = log.rfind('\n', ub);
-      from = line == log.npos ? 0 : line + 1;
-    }
-    if (from == log.npos) from = log.size() > 3000 ? log.size() - 3000 : 0;
+    size_t from = report_start(log, 3000);
     if (killed)
       fprintf(stderr, "fencefs at %s did not exit within 60 s of the unmount and was killed",
               mnt_.c_str());
@@ -405,6 +399,16 @@ std::string slurp(const std::string& path) {
 void spit(const std::string& path, const std::string& data) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << data;
+}
+
+size_t report_start(const std::string& log, size_t tail) {
+  size_t from = log.find("==ERROR: ");
+  if (size_t ub = log.find(": runtime error: "); from == log.npos && ub != log.npos) {
+    size_t line = log.rfind('\n', ub);
+    from = line == log.npos ? 0 : line + 1;
+  }
+  if (from == log.npos) from = log.size() > tail ? log.size() - tail : 0;
+  return from;
 }
 
 Setting::Setting(std::string path, const std::string& value)

@@ -111,6 +111,9 @@ int in_child(const std::function<int()>& fn);
 #define E(call) ((call) < 0 ? errno : 0)
 
 std::string slurp(const std::string& path);
+// Where to start printing a daemon's LOG: a sanitizer's report, which is only useful whole, from
+// its first line; else the last `tail` bytes.
+size_t report_start(const std::string& log, size_t tail);
 void spit(const std::string& path, const std::string& data);
 // A kernel setting (a /proc/sys or /sys file) written for a test, and what it held before put
 // back when the test ends or restore() is called. ok(): it was read and now reads back as value.

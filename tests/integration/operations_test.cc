@@ -131,6 +131,16 @@ bool wait_for_text(const std::string& file, const std::string& text) {
   return false;
 }
 
+// Waits (up to 20 s) until the fixture's daemon PID has exited: a zombie, as the fixture reaps it
+// at unmount.
+void wait_exited(pid_t pid) {
+  std::string statf = "/proc/" + std::to_string(pid) + "/stat";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (slurp(statf).find(") Z ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 // A temporary directory outside every mount, removed at the end of the test.
 struct TempDir {
   std::string path;
@@ -879,11 +889,7 @@ TEST(Unmount, AMountMadeAtThePathRightAfterAnUnmountIsLeftAlone) {
     } tmpfs{m.mnt()};
     ASSERT_EQ(
         0, sh("umount '" + m.mnt() + "' && mount -t tmpfs fencefs-test-tmpfs '" + m.mnt() + "'"));
-    std::string statf = "/proc/" + std::to_string(pid) + "/stat";
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (slurp(statf).find(") Z ") == std::string::npos &&
-           std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    wait_exited(pid);
     EXPECT_EQ("tmpfs\n", sh_out("findmnt -no FSTYPE '" + m.mnt() + "'")) << m.daemon_log();
     ASSERT_EQ(0, sh("umount '" + m.mnt() + "'"));
     EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
@@ -1043,12 +1049,7 @@ TEST(Readiness, StatusAndMetricsNameThePidMountAndUptime) {
 TEST(DeadDaemon, FencectlSaysDaemonGoneWithUnreachableStatus) {
   Mount m;
   ASSERT_EQ(kill(m.daemon_pid(), SIGKILL), 0);
-  // Not reaped here (the fixture does at unmount): wait until it is a zombie.
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  std::string statf = "/proc/" + std::to_string(m.daemon_pid()) + "/stat";
-  while (slurp(statf).find(") Z ") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_exited(m.daemon_pid());
   for (std::string cmd : {"status --mount " + m.mnt(), "advance --mount " + m.mnt() + " / 5",
                           "audit --mount " + m.mnt(), "domain add " + m.path("sub"),
                           "run --mount " + m.mnt() + " --domain / --token 1 -- true"}) {
