@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <libmount/libmount.h>
 #include <linux/openat2.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -127,15 +129,52 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
   return ok;
 }
 
-void after_abort(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
-                 const std::string& no_dev) {
-  log::error(
-      "the kernel aborted the FUSE connection of {} while it was mounted "
-      "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
-      dir, dev ? std::to_string(minor(*dev)) : "N");
+namespace {
+
+// Whether this daemon's mount (as for our_mount_devno, and of device DEV) is in the table.
+std::optional<bool> still_mounted(const std::string& dir, const std::string& backing, dev_t dev,
+                                  std::string* error) {
+  return any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev; }, error);
+}
+
+}  // namespace
+
+bool left_dead_mount(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
+                     const std::string& no_dev, bool aborted) {
+  if (aborted) {
+    log::error(
+        "the kernel aborted the FUSE connection of {} while it was mounted "
+        "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
+        dir, dev ? std::to_string(minor(*dev)) : "N");
+  } else {
+    if (!dev) return false;  // cannot tell: taken for an unmount
+    // An unmount takes the mount out of the table before the kernel ends the connection;
+    // `umount -f` ends it first and takes it out a moment later unless it is busy. The wait
+    // decides only the exit status and whether a mount nothing can use any more is removed.
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    std::string error;
+    std::optional<bool> there;
+    while ((there = still_mounted(dir, backing, *dev, &error)).value_or(false)) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{fd, POLLPRI, 0};  // POLLPRI once the table changes
+      (void)poll(&p, 1, static_cast<int>(left.count()));
+    }
+    if (fd >= 0) close(fd);
+    if (!there.value_or(false)) return false;
+    log::error(
+        "the FUSE connection of {} ended while it was still mounted (`umount -f` of a busy mount, "
+        "or the kernel's request timeout, fs.fuse.default_request_timeout): exiting with status 1",
+        dir);
+  }
   std::string why = no_dev;
   if (!dev || !detach_dead_mount(dir, backing, *dev, &why))
     log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, dir);
+  return true;
 }
 
 bool set_readahead(dev_t dev, unsigned kib, std::string* error) {

@@ -23,11 +23,14 @@ std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& 
 // in place (it takes the device's POLLERR for an unmount). false with *error when it did not.
 bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
                        std::string* error);
-// After the kernel aborted the connection of this daemon's mount at DIR (DEV as our_mount_devno
-// found it at start, else why not): says so and detaches the dead mount. The daemon then exits 1,
-// so that a service manager starts it again.
-void after_abort(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
-                 const std::string& no_dev);
+// After the kernel ended the connection of this daemon's mount at DIR (DEV as our_mount_devno
+// found it at start, else NO_DEV says why not): whether it left the mount in place, dead. An
+// abort (ABORTED) always does; `umount -f` ends the connection first and then unmounts unless the
+// mount is busy, and the kernel's request timeout never unmounts: the mount is waited for to
+// leave the table, briefly. If it stays, says so and detaches it; the daemon then exits 1, so
+// that a service manager starts it again.
+bool left_dead_mount(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
+                     const std::string& no_dev, bool aborted);
 // Sets the read-ahead (KiB) of this daemon's mount, of device DEV (our_mount_devno), through its
 // backing device info in sysfs (root only). Before INIT is answered: the kernel then lowers it to
 // the reply's max_readahead, never raises it. false with *error when it could not.

@@ -101,7 +101,7 @@ ssize_t io_read(int fd, void* buf, size_t len, void*) {
   // ECONNABORTED: the connection was aborted (FUSE_ABORT_ERROR), or torn down by an unmount
   // after handing this reader a request but before queueing it for the reply (fs/fuse/dev.c,
   // fuse_dev_do_read; RELEASEs still queued). Either way the session has ended, as libfuse takes
-  // ENODEV to mean; else the daemon would exit with an error. connection_aborted() tells which.
+  // ENODEV to mean; else the daemon would exit with an error. connection_end() tells which.
   if (n < 0 && errno == ECONNABORTED) errno = ENODEV;
   if (n < 0 && errno == ENODEV) ended.store(true, std::memory_order_relaxed);
   return n;
@@ -197,16 +197,16 @@ bool rings_offered() { return ring_wanted && ring_offered; }
 
 bool killpriv_v2() { return accepted; }
 
-bool connection_aborted() {
+End connection_end() {
   fuse_session* se = session.load();
-  if (!ended.load(std::memory_order_relaxed) || !se) return false;  // a live one would block
+  if (!ended.load(std::memory_order_relaxed) || !se) return End::Live;  // a read would block
   // Gone for good: the read fails at once, with the cause. (A read that raced the teardown
   // above may have said ECONNABORTED at an unmount too.) The kernel checks the buffer's size
   // first: room for the largest WRITE.
   constexpr size_t kRoom = (size_t{16} << 20) + 65536;  // libfuse's max_write with 64 KiB pages
   std::unique_ptr<char[]> buf(new (std::nothrow) char[kRoom]);  // untouched: nothing is copied
   ssize_t n = buf ? ::read(fuse_session_fd(se), buf.get(), kRoom) : -1;
-  return n < 0 && errno == ECONNABORTED;
+  return n < 0 && errno == ECONNABORTED ? End::Aborted : End::Ended;
 }
 
 // libfuse splices a reply through a pipe that must hold all of it and three pages more, and

@@ -33,11 +33,13 @@ bool kill_suidgid();
 // Whether the kernel accepted FUSE_HANDLE_KILLPRIV_V2 at INIT.
 bool killpriv_v2();
 
-// After the session loop: whether the kernel ended the connection by an abort
-// (/sys/fs/fuse/connections/N/abort), which leaves the mount in place, dead, rather than by an
-// unmount. Known from a read of /dev/fuse once the connection is gone (ECONNABORTED, as asked
-// for at INIT, against ENODEV); false after a stop by a signal, the connection still live.
-bool connection_aborted();
+// After the session loop: how the kernel ended the connection, if it did. Aborted
+// (/sys/fs/fuse/connections/N/abort) leaves the mount in place, dead; Ended is an unmount, or
+// what else ends a connection first and leaves the mount if busy (`umount -f`, the kernel's
+// request timeout). Known from a read of /dev/fuse once the connection is gone (ECONNABORTED, as
+// asked for at INIT, against ENODEV); Live after a stop by a signal.
+enum class End { Live, Ended, Aborted };
+End connection_end();
 
 // Where a handler reads a reply's data of size bytes (a READ's) for fuse_reply_buf, when libfuse
 // would otherwise copy it through a buffer it allocates per reply: a ring's entry, or a buffer

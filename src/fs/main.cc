@@ -467,10 +467,10 @@ int main(int argc, char* argv[]) {
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
   int ret = serve(se, copts.singlethread != 0);
-  // Aborted (the kernel's way to free a hung mount), not unmounted: the mount stays, dead, and
-  // libfuse leaves it. A failure, so that a service manager starts the daemon again
-  // (Restart=on-failure), once the dead mount is detached below.
-  bool aborted = fs::kernel_io::connection_aborted();
+  // Ended by the kernel, the mount left in place and dead (an abort, `umount -f` of a busy mount,
+  // a request timeout): libfuse leaves it; detached below, exit 1 (Restart=on-failure restarts).
+  using End = fs::kernel_io::End;
+  End end = fs::kernel_io::connection_end();
   // Advances replied to from the journal's thread need the session, and the rings' their entry's
   // thread: they are waited for while the rings still serve, then each ring thread ends once its
   // entry's reply is made (an advance taken meanwhile), then the last callbacks are waited for.
@@ -480,7 +480,8 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
-  if (aborted) daemon::after_abort(mnt, backing, mount_dev, no_dev);
+  bool dead = end != End::Live &&
+              daemon::left_dead_mount(mnt, backing, mount_dev, no_dev, end == End::Aborted);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   // Before leave(): restamps are mutations, made while this member still holds the domains'
@@ -492,9 +493,8 @@ int main(int argc, char* argv[]) {
   daemon::remove_pidfile(pidfile);
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
-  if (aborted) return 1;
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
-  bool clean = ret == 0 || ret == SIGTERM || ret == SIGINT;
-  if (!clean) log::error("session ended with error {}", ret);
+  bool clean = !dead && (ret == 0 || ret == SIGTERM || ret == SIGINT);
+  if (!clean && !dead) log::error("session ended with error {}", ret);
   return clean ? 0 : 1;
 }
