@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "common/log.h"
 
@@ -22,18 +23,21 @@ bool once_a_second(std::atomic<int64_t>& last_log) {
 // Each handle costs up to two fds (its own and its inode's). A quarter of the limit is kept out
 // of every handle's reach; a sixteenth is the most one unprivileged uid holds, a quarter all of
 // them together.
-FdBudget::FdBudget(size_t limit)
-    : per_uid_(std::max<size_t>(8, limit / 16)),
-      shared_(std::max<size_t>(16, limit / 4)),
-      ceiling_(std::max<size_t>(32, limit * 3 / 8)) {}
+FdBudget::FdBudget(size_t limit, std::function<size_t()> reserved)
+    : limit_(limit), reserved_(std::move(reserved)) {}
+
+size_t FdBudget::limit() const {
+  return limit_ - (reserved_ ? std::min(limit_ / 2, reserved_()) : 0);
+}
 
 int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
+  const size_t per_uid = this->per_uid(), shared = this->shared();
   common::UniqueLock lk(mu_);
   size_t& mine = by_uid_[uid];
   int err = 0;
-  if (mine >= per_uid_)
+  if (mine >= per_uid)
     err = EMFILE;
-  else if (ordinary_ >= shared_)
+  else if (ordinary_ >= shared)
     err = ENFILE;
   if (!err) {
     mine++;
@@ -45,7 +49,7 @@ int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
   lk.unlock();
   bool ok = exempt();
   lk.lock();
-  if (ok && total_.load() < ceiling_) {
+  if (ok && total_.load() < ceiling()) {
     exempt_by_uid_[uid]++;
     total_++;
     return 0;
@@ -55,8 +59,8 @@ int FdBudget::take(uid_t uid, const std::function<bool()>& exempt) {
     log::warn(
         "open refused ({}): uid {} holds {} open files (at most {} per user, {} for all "
         "users together; {} refused so far)",
-        err == EMFILE ? "EMFILE" : "ENFILE", uid, by_uid_.count(uid) ? by_uid_[uid] : 0, per_uid_,
-        shared_, refused_.load());
+        err == EMFILE ? "EMFILE" : "ENFILE", uid, by_uid_.count(uid) ? by_uid_[uid] : 0, per_uid,
+        shared, refused_.load());
   return err;
 }
 

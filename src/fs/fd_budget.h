@@ -4,6 +4,7 @@
 #pragma once
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <functional>
@@ -16,8 +17,9 @@ namespace fencefs::fs {
 
 class FdBudget {
  public:
-  // limit: the daemon's RLIMIT_NOFILE.
-  explicit FdBudget(size_t limit);
+  // limit: the daemon's RLIMIT_NOFILE; reserved: fds held elsewhere now, up to half the limit
+  // (the FUSE rings', which exist only once the kernel took them).
+  explicit FdBudget(size_t limit, std::function<size_t()> reserved = {});
 
   // One more open handle for uid: 0, EMFILE (uid over its share) or ENFILE (all unprivileged
   // callers together over theirs). Past the ordinary shares, exempt() (an issuer, or a job bound
@@ -25,14 +27,17 @@ class FdBudget {
   int take(uid_t uid, const std::function<bool()>& exempt);
   void give(uid_t uid);
 
-  size_t per_uid() const { return per_uid_; }
-  size_t shared() const { return shared_; }
-  size_t ceiling() const { return ceiling_; }
+  // The limit less what is reserved now.
+  size_t limit() const;
+  size_t per_uid() const { return std::max<size_t>(8, limit() / 16); }
+  size_t shared() const { return std::max<size_t>(16, limit() / 4); }
+  size_t ceiling() const { return std::max<size_t>(32, limit() * 3 / 8); }
   size_t in_use() const { return total_.load(std::memory_order_relaxed); }
   uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
  private:
-  size_t per_uid_, shared_, ceiling_;
+  const size_t limit_;
+  const std::function<size_t()> reserved_;
   common::Mutex mu_;
   std::unordered_map<uid_t, size_t> by_uid_ GUARDED_BY(mu_);
   size_t ordinary_ GUARDED_BY(mu_) = 0;  // handles within the ordinary shares

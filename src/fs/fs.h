@@ -263,8 +263,12 @@ class Fs {
   NodeTable nodes_;
   int mount_fd_ = -1;  // O_RDONLY fd of BACKING, for open_by_handle_at
   std::atomic<size_t> open_fds_{0};
-  size_t fd_soft_limit_ = 0;
   std::unique_ptr<FdBudget> budget_;
+  // Past it, idle inodes' fds are closed.
+  size_t fd_soft_limit() const {
+    size_t limit = budget_->limit();
+    return limit > 8192 ? limit - limit / 4 : limit / 2;
+  }
   PageBudget pages_{size_t{64} << 20, size_t{256} << 20};
   std::atomic<bool> reclaiming_{false};
   bool flush_noop_ = false;

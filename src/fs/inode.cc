@@ -47,9 +47,8 @@ Fs::Fs(Options opts, fence::Fence& fence, fence::Bindings& bindings, int root_fd
   getrlimit(RLIMIT_NOFILE, &rl);
   // Leave room for open files, directories, pidfds and the journal.
   size_t limit = rl.rlim_cur == RLIM_INFINITY ? 1u << 20 : static_cast<size_t>(rl.rlim_cur);
-  if (opts_.uring != 0) limit -= std::min(limit / 2, ring::fds_needed(opts_.uring));
-  fd_soft_limit_ = limit > 8192 ? limit - limit / 4 : limit / 2;
-  budget_ = std::make_unique<FdBudget>(limit);
+  // The rings' fds, once the kernel took them (none if they fell back to /dev/fuse).
+  budget_ = std::make_unique<FdBudget>(limit, ring::fds_held);
   fence_.set_before_advance([this](Domain& d, Epoch old) { stamp_writers(d, old); });
   fence_.set_after_advance([this](Domain&, Epoch) { pagecache.advanced(); });
   // Filesystems whose regular files have no flush operation: close(2) reports nothing there
@@ -172,7 +171,8 @@ void Fs::reclaim_fds() {
   uint32_t now = coarse_now();
   // Open handles hold fds too, and cannot give them back: count them.
   size_t held = budget_->in_use();
-  size_t target = fd_soft_limit_ - fd_soft_limit_ / 4;
+  size_t soft = fd_soft_limit();
+  size_t target = soft - soft / 4;
   target = target > held ? target - held : 0;
   std::vector<Inode*> victims;
   {
@@ -276,7 +276,7 @@ int Fs::do_lookup(fuse_ino_t parent, const char* name, fuse_entry_param* e) {
   if (old_parent != &p) i->domain_gen.store(0, std::memory_order_release);
   i->nlookup++;
   e->ino = ino_of(i);
-  bool over = open_fds_.load() + budget_->in_use() > fd_soft_limit_;
+  bool over = open_fds_.load() + budget_->in_use() > fd_soft_limit();
   lk.unlock();
   if (over) reclaim_fds();
   return 0;

@@ -181,6 +181,19 @@ std::string render_metrics(Fs& f) {
   }
   out += "# HELP fencefs_inodes Inodes in the daemon's table.\n# TYPE fencefs_inodes gauge\n";
   out += fmt::format("fencefs_inodes {}\n", f.n_inodes.load());
+  FdBudget& b = f.budget();
+  out += fmt::format(
+      "# HELP fencefs_open_files Files and directories opened through the mount and not yet "
+      "released.\n"
+      "# TYPE fencefs_open_files gauge\nfencefs_open_files {}\n"
+      "# HELP fencefs_open_files_per_user_limit Open files one user may hold (past it only "
+      "issuers and jobs bound in the file's domain open more): a sixteenth of the daemon's fd "
+      "limit less the FUSE rings' fds.\n"
+      "# TYPE fencefs_open_files_per_user_limit gauge\nfencefs_open_files_per_user_limit {}\n"
+      "# HELP fencefs_open_files_refused_total Opens refused (EMFILE, ENFILE) to keep fds for "
+      "the daemon.\n"
+      "# TYPE fencefs_open_files_refused_total counter\nfencefs_open_files_refused_total {}\n",
+      b.in_use(), b.per_uid(), b.refused());
   out += fmt::format(
       "# HELP fencefs_build_info The fencefs build serving this mount (value 1).\n"
       "# TYPE fencefs_build_info gauge\nfencefs_build_info{{version=\"{}\",libfuse=\"{}\"}} 1\n",

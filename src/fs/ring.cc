@@ -105,6 +105,7 @@ bool g_go = false;  // under g_mu
 std::atomic<int> g_threads{0};
 int g_per_cpu = 0;
 std::atomic<uint64_t> g_served{0}, g_handed{0};
+std::atomic<size_t> g_fds{0};             // fds_held()
 thread_local Server* t_server = nullptr;  // set on a server's own thread
 
 // The CPU ids of a sysfs list ("0", "0-1", "0-3,5"); empty if unreadable.
@@ -228,8 +229,10 @@ std::string set_up(Server& q) {
   if (int r = io_uring_queue_init_params(4, &q.ring, &p); r < 0)
     return "io_uring_setup: " + common::errstr(-r);
   q.ring_up = true;
+  g_fds++;
   q.efd = eventfd(0, EFD_CLOEXEC);
   if (q.efd < 0) return "eventfd: " + common::errstr(errno);
+  g_fds++;
   // aligned_alloc wants a size that is a multiple of the alignment.
   q.buf = static_cast<char*>(aligned_alloc(kPrefix, kPrefix + ((g_payload + 4095) & ~4095ul)));
   if (!q.buf) return "out of memory for the ring buffers";
@@ -239,9 +242,15 @@ std::string set_up(Server& q) {
 }
 
 void tear_down(Server& q) {
-  if (q.ring_up) io_uring_queue_exit(&q.ring);
+  if (q.ring_up) {
+    io_uring_queue_exit(&q.ring);
+    g_fds--;
+  }
   q.ring_up = false;
-  if (q.efd >= 0) close(q.efd);
+  if (q.efd >= 0) {
+    close(q.efd);
+    g_fds--;
+  }
   q.efd = -1;
   free(q.buf);
   q.buf = nullptr;
@@ -330,11 +339,7 @@ std::vector<std::pair<int, int>> plan(int* per_cpu) {
 
 }  // namespace
 
-size_t fds_needed(int per_cpu) {
-  size_t n = 0;
-  for (auto cpu : plan(&per_cpu)) n += static_cast<size_t>(cpu.second);
-  return 2 * n;  // its io_uring and its eventfd
-}
+size_t fds_held() { return g_fds.load(std::memory_order_relaxed); }
 
 bool prepare(int per_cpu, std::string* why) {
   auto cpus = plan(&per_cpu);

@@ -22,8 +22,9 @@ size_t payload_size(uint32_t max_write, uint32_t max_pages);
 // the daemon's main thread, before the session loop: a thread started by a FUSE worker would share
 // that worker's umask (common/umask.h). False with the reason if they could not start.
 bool prepare(int per_cpu, std::string* why);
-// The fds prepare(per_cpu) would take, for the daemon's fd budget.
-size_t fds_needed(int per_cpu);
+// The fds the rings hold now (each thread's io_uring and eventfd), for the daemon's fd budget:
+// none before arm(), nor once they fell back to /dev/fuse.
+size_t fds_held();
 
 // Before the INIT reply asks for the rings: each thread's io_uring and entry of `payload` bytes
 // (the kernel refuses entries smaller than its payload size). Once the reply has asked, the

@@ -776,6 +776,10 @@ TEST(Hardening, UnprivilegedOpensCannotExhaustTheDaemonsFds) {
               return E(write(fd, "x", 1));
             }));
   EXPECT_NE(std::string::npos, m.daemon_log().find("open refused"));
+  std::string metrics = slurp(m.path(".fencefs/metrics"));
+  EXPECT_GT(metric(metrics, "fencefs_open_files_refused_total", "mount=\"" + m.mnt() + "\""), 0)
+      << metrics;
+  EXPECT_GT(metric(metrics, "fencefs_open_files", "mount=\"" + m.mnt() + "\""), 0) << metrics;
   // A user's share is a sixteenth of the daemon's fds, less two per ring thread (its io_uring
   // and eventfd; none through /dev/fuse): the rings' fds come out of the budget.
   long long soft = -1;

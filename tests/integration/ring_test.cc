@@ -88,6 +88,20 @@ std::pair<int, int> threads(pid_t pid, const std::string& comm, const std::strin
   return {all, in};
 }
 
+// The open files one user may hold (fencefs_open_files_per_user_limit) against a sixteenth of the
+// daemon's fd limit less RING_FDS (two per ring thread: its io_uring and eventfd).
+void expect_per_user_open_files(const Mount& m, const std::string& metrics, long long ring_fds) {
+  long long soft = -1;
+  std::istringstream limits(slurp("/proc/" + std::to_string(m.daemon_pid()) + "/limits"));
+  for (std::string line; std::getline(limits, line);)
+    if (line.rfind("Max open files", 0) == 0) soft = std::stoll(line.substr(14));
+  ASSERT_GT(soft, 0);
+  EXPECT_EQ((soft - std::min(soft / 2, ring_fds)) / 16,
+            metric(metrics, "fencefs_open_files_per_user_limit", "mount=\"" + m.mnt() + "\""))
+      << "with " << ring_fds << " ring fds\n"
+      << metrics;
+}
+
 TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   Mount m({"-o", "uring"});
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
@@ -105,6 +119,7 @@ TEST_F(Ring, RequestsComeThroughTheRingsAndAreFenced) {
   EXPECT_EQ(ring_threads_for(0),
             metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\""))
       << text;
+  expect_per_user_open_files(m, text, 2 * ring_threads_for(0));
   long long before = metric(text, "fencefs_fuse_ring_requests_total", "mount=\"" + m.mnt() + "\"");
 
   // A legacy job's pattern, and 1 MiB in one write(2) and one read(2): the largest request and
@@ -357,6 +372,7 @@ TEST_F(Ring, WithoutTheKernelsRingsRequestsComeThroughDevFuse) {
   EXPECT_EQ(0, metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"")) << text;
   EXPECT_NE(std::string::npos, m.daemon_log().find("does not offer FUSE over io_uring"))
       << m.daemon_log();
+  expect_per_user_open_files(m, text, 0);  // no fd kept for rings that never came
   EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
@@ -447,6 +463,7 @@ TEST_F(Ring, ADaemonThatCannotMakeItsRingsServesThroughDevFuse) {
   EXPECT_NE(std::string::npos, m.daemon_log().find("io_uring_setup")) << m.daemon_log();
   std::string text = slurp(m.mnt() + "/.fencefs/metrics");
   EXPECT_EQ(0, metric(text, "fencefs_fuse_ring_threads", "mount=\"" + m.mnt() + "\"")) << text;
+  expect_per_user_open_files(m, text, 0);
   EXPECT_EQ(0, as_job(m, 1, [&] { return E(mkdir(m.path("d").c_str(), 0755)); }));
   EXPECT_EQ(0, m.unmount()) << m.daemon_log();
 }
