@@ -70,42 +70,78 @@ std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
       error);
 }
 
-std::optional<dev_t> our_mount_devno(const std::string& dir, const std::string& backing,
-                                     std::string* error) {
-  dev_t dev = 0;
-  auto found = any_mount(
-      "/proc/self/mountinfo",
-      [&](libmnt_fs* fs) {
-        if (!ours(fs, dir, backing)) return false;
-        dev = mnt_fs_get_devno(fs);  // the newest only: an older one is not this process'
-        return true;
-      },
-      error);
-  if (!found) return std::nullopt;
-  if (!*found || !dev) {
-    *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
-    return std::nullopt;
-  }
-  return dev;
-}
+namespace {
 
-bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t dev,
-                       std::string* error) {
-  // Root detaches through a descriptor of the mount, never by the path again: a directory on the
-  // way swapped for a link would lead it elsewhere. The descriptor holds the mount, so its id
-  // cannot pass to another before it is checked in the table. O_PATH sends no request, and
-  // statx answers from the kernel's cache.
+#ifndef STATX_MNT_ID_UNIQUE
+#define STATX_MNT_ID_UNIQUE 0x00004000U  // Linux 6.8; glibc's headers may predate it
+#endif
+
+// An O_PATH descriptor of DIR, reached through no symbolic link (a directory on the way swapped
+// for one would lead elsewhere); -1 with *error. O_PATH sends no request.
+int open_mountpoint(const std::string& dir, std::string* error) {
   open_how how{};
   how.flags = O_PATH | O_CLOEXEC | O_NOFOLLOW;
   how.resolve = RESOLVE_NO_SYMLINKS;
   int fd = static_cast<int>(syscall(SYS_openat2, AT_FDCWD, dir.c_str(), &how, sizeof how));
-  if (fd < 0) {
-    *error = fmt::format("{}: {}", dir, common::errstr(errno));
-    return false;
-  }
+  if (fd < 0) *error = fmt::format("{}: {}", dir, common::errstr(errno));
+  return fd;
+}
+
+// The id of the mount FD is on: MASK STATX_MNT_ID (the table's) or STATX_MNT_ID_UNIQUE; nullopt
+// when the kernel does not give it. AT_STATX_DONT_SYNC: answered from the kernel's cache.
+std::optional<uint64_t> mount_id_of(int fd, unsigned mask, dev_t* dev = nullptr) {
   struct statx sx {};
-  if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_MNT_ID, &sx) != 0 ||
-      !(sx.stx_mask & STATX_MNT_ID)) {
+  if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, mask, &sx) != 0 || !(sx.stx_mask & mask))
+    return std::nullopt;
+  if (dev) *dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+  return sx.stx_mnt_id;
+}
+
+// Whether this daemon's mount (as for our_mount, and of device DEV) is in the table.
+std::optional<bool> still_mounted(const std::string& dir, const std::string& backing, dev_t dev,
+                                  std::string* error) {
+  return any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev; }, error);
+}
+
+}  // namespace
+
+std::optional<MountId> our_mount(const std::string& dir, const std::string& backing,
+                                 std::string* error) {
+  MountId id;
+  auto found = any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) {
+        if (!ours(fs, dir, backing)) return false;
+        id.dev = mnt_fs_get_devno(fs);  // the newest only: an older one is not this process'
+        return true;
+      },
+      error);
+  if (!found) return std::nullopt;
+  if (!*found || !id.dev) {
+    *error = fmt::format("no fencefs mount of {} at {} in the mount table", backing, dir);
+    return std::nullopt;
+  }
+  // Known only if the path leads to that mount now; else the device alone identifies it.
+  std::string ignored;
+  if (int fd = open_mountpoint(dir, &ignored); fd >= 0) {
+    dev_t dev = 0;
+    if (auto unique = mount_id_of(fd, STATX_MNT_ID_UNIQUE, &dev); unique && dev == id.dev)
+      id.unique = *unique;
+    close(fd);
+  }
+  return id;
+}
+
+bool detach_dead_mount(const std::string& dir, const std::string& backing, const MountId& id,
+                       std::string* error) {
+  // Root detaches through a descriptor of the mount, never by the path again. The descriptor
+  // holds the mount, so its id cannot pass to another before it is checked in the table.
+  int fd = open_mountpoint(dir, error);
+  if (fd < 0) return false;
+  std::optional<uint64_t> table_id = mount_id_of(fd, STATX_MNT_ID);
+  if (!table_id) {
     *error = fmt::format("statx {}: {}", dir, common::errstr(errno));
     close(fd);
     return false;
@@ -114,11 +150,13 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
   auto found = any_mount(
       "/proc/self/mountinfo",
       [&](libmnt_fs* fs) {
-        if (static_cast<uint64_t>(mnt_fs_get_id(fs)) != sx.stx_mnt_id) return false;
-        mine = ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev;
+        if (static_cast<uint64_t>(mnt_fs_get_id(fs)) != *table_id) return false;
+        mine = ours(fs, dir, backing) && mnt_fs_get_devno(fs) == id.dev;
         return true;
       },
       error);
+  // A device number freed by this daemon's mount may already be another's.
+  if (mine && id.unique) mine = mount_id_of(fd, STATX_MNT_ID_UNIQUE) == id.unique;
   bool ok = found.has_value() && mine;
   if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not this daemon's", dir);
   if (ok && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
@@ -129,50 +167,46 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, dev_t
   return ok;
 }
 
-namespace {
-
-// Whether this daemon's mount (as for our_mount_devno, and of device DEV) is in the table.
-std::optional<bool> still_mounted(const std::string& dir, const std::string& backing, dev_t dev,
-                                  std::string* error) {
-  return any_mount(
-      "/proc/self/mountinfo",
-      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev; }, error);
-}
-
-}  // namespace
-
-bool left_dead_mount(const std::string& dir, const std::string& backing, std::optional<dev_t> dev,
-                     const std::string& no_dev, bool aborted) {
+bool left_dead_mount(const std::string& dir, const std::string& backing,
+                     const std::optional<MountId>& id, const std::string& no_id, bool aborted) {
   if (aborted) {
     log::error(
         "the kernel aborted the FUSE connection of {} while it was mounted "
         "(/sys/fs/fuse/connections/{}/abort): exiting with status 1",
-        dir, dev ? std::to_string(minor(*dev)) : "N");
+        dir, id ? std::to_string(minor(id->dev)) : "N");
   } else {
-    if (!dev) return false;  // cannot tell: taken for an unmount
     // An unmount takes the mount out of the table before the kernel ends the connection;
     // `umount -f` ends it first and takes it out a moment later unless it is busy. The wait
     // decides only the exit status and whether a mount nothing can use any more is removed.
-    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    std::string error;
+    std::string error = no_id;
     std::optional<bool> there;
-    while ((there = still_mounted(dir, backing, *dev, &error)).value_or(false)) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) break;
-      pollfd p{fd, POLLPRI, 0};  // POLLPRI once the table changes
-      (void)poll(&p, 1, static_cast<int>(left.count()));
+    if (id) {
+      int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while ((there = still_mounted(dir, backing, id->dev, &error)).value_or(false)) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        pollfd p{fd, POLLPRI, 0};  // POLLPRI once the table changes
+        (void)poll(&p, 1, static_cast<int>(left.count()));
+      }
+      if (fd >= 0) close(fd);
     }
-    if (fd >= 0) close(fd);
-    if (!there.value_or(false)) return false;
+    if (!there) {
+      log::warn(
+          "the FUSE connection of {} ended, and whether its mount is still in place is unknown "
+          "({}): if it is, fusermount3 -u -z {}",
+          dir, error, dir);
+      return false;
+    }
+    if (!*there) return false;
     log::error(
         "the FUSE connection of {} ended while it was still mounted (`umount -f` of a busy mount, "
         "or the kernel's request timeout, fs.fuse.default_request_timeout): exiting with status 1",
         dir);
   }
-  std::string why = no_dev;
-  if (!dev || !detach_dead_mount(dir, backing, *dev, &why))
+  std::string why = no_id;
+  if (!id || !detach_dead_mount(dir, backing, *id, &why))
     log::warn("cannot remove the dead mount ({}): fusermount3 -u -z {}", why, dir);
   return true;
 }
@@ -189,11 +223,11 @@ bool set_readahead(dev_t dev, unsigned kib, std::string* error) {
   return ok;
 }
 
-void apply_readahead(std::optional<dev_t> dev, const std::string& no_dev,
+void apply_readahead(const std::optional<MountId>& id, const std::string& no_id,
                      std::optional<unsigned> asked) {
   unsigned kib = asked.value_or(kDefaultReadaheadKib);
-  std::string why = no_dev;
-  if (kib == 0 || (dev && set_readahead(*dev, kib, &why))) return;
+  std::string why = no_id;
+  if (kib == 0 || (id && set_readahead(id->dev, kib, &why))) return;
   auto level = asked ? log::Level::Warn : log::Level::Info;
   if (log::enabled(level))
     log::write(level, fmt::format("cannot set the mount's read-ahead to {} KiB ({}): the "

@@ -443,9 +443,9 @@ int main(int argc, char* argv[]) {
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
   fuse_session* se = mount_session(&args, filesystem, mnt);
-  std::string no_dev;
-  std::optional<dev_t> mount_dev = daemon::our_mount_devno(mnt, backing, &no_dev);
-  daemon::apply_readahead(mount_dev, no_dev, o.readahead_kib);
+  std::string no_id;
+  std::optional<daemon::MountId> mount_id = daemon::our_mount(mnt, backing, &no_id);
+  daemon::apply_readahead(mount_id, no_id, o.readahead_kib);
 
   // Mounted, not yet serving: requests wait for the session loop, so the floor and the
   // records below precede every operation.
@@ -468,7 +468,7 @@ int main(int argc, char* argv[]) {
 
   int ret = serve(se, copts.singlethread != 0);
   // Ended by the kernel, the mount left in place and dead (an abort, `umount -f` of a busy mount,
-  // a request timeout): libfuse leaves it; detached below, exit 1 (Restart=on-failure restarts).
+  // a request timeout): libfuse leaves it; detached before the claim goes, exit 1 (for restarts).
   using End = fs::kernel_io::End;
   End end = fs::kernel_io::connection_end();
   // Advances replied to from the journal's thread need the session, and the rings' their entry's
@@ -480,8 +480,6 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
-  bool dead = end != End::Live &&
-              daemon::left_dead_mount(mnt, backing, mount_dev, no_dev, end == End::Aborted);
   fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   // Before leave(): restamps are mutations, made while this member still holds the domains'
@@ -491,6 +489,8 @@ int main(int argc, char* argv[]) {
   if (cluster) cluster->leave();  // nothing can be admitted any more
   free(copts.mountpoint);
   daemon::remove_pidfile(pidfile);
+  bool dead = end != End::Live &&
+              daemon::left_dead_mount(mnt, backing, mount_id, no_id, end == End::Aborted);
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
   // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
