@@ -89,6 +89,9 @@ class Cluster final : public fence::EpochAuthority {
   void audit(const char* op, const char* decision, const char* reason, const std::string& domain,
              fence::Epoch before, fence::Epoch after, const std::string& message);
   void set_isolated(const std::string& why);
+  // Back in contact after an isolation whose first cause was said: whether another member's
+  // fence removed this member meanwhile, said too (check_standing says it in contact).
+  void note_if_fenced();
   void keepalive_loop();
   void watch_loop();
   void stop_threads();

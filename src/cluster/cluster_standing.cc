@@ -11,6 +11,9 @@ namespace {
 
 using Millis = std::chrono::milliseconds;
 
+constexpr const char* kFenced =
+    "fenced by another member (its fence hook reported this member cut off)";
+
 }  // namespace
 
 using fence::Domain;
@@ -26,7 +29,7 @@ void Cluster::check_standing() {
     // Stop at once; the next tick registers anew and re-reads every epoch.
     admit_until_ns_ = 0;
     fenced_ = true;
-    set_isolated("fenced by another member (its fence hook reported this member cut off)");
+    set_isolated(kFenced);
     return;
   }
   int64_t rev = r.revision;
@@ -43,6 +46,22 @@ void Cluster::check_standing() {
   audit("cluster_resync", "detected", "rollback", "", 0, 0, msg);
   max_revision_ = rev;
   resync_due_ = true;
+}
+
+void Cluster::note_if_fenced() {
+  {
+    std::lock_guard lk(state_mu_);
+    if (isolated_why_ == kFenced) return;  // said already
+  }
+  etcd::TxnResult r;
+  etcd::Status s = ka_->txn({}, {etcd::Op::Range(prefix_ + "members/" + o_.member)}, {}, &r);
+  if (!s.ok() || r.ranges.size() != 1 || !r.ranges[0].empty()) return;
+  {
+    std::lock_guard lk(state_mu_);
+    isolated_why_ = kFenced;
+  }
+  log::error("cluster {}: {}", o_.name, kFenced);
+  audit("cluster_isolated", "detected", "io", "", 0, 0, kFenced);
 }
 
 void Cluster::set_isolated(const std::string& why) {
@@ -112,6 +131,7 @@ void Cluster::keepalive_loop() {
     // Back in contact after an isolation: resume only once registered (a fence may have removed
     // this member meanwhile: advances must wait for it again) and every epoch was re-read, in
     // that order, as at join.
+    if (!registered) note_if_fenced();
     if (!registered && register_member(*ka_, &why) != 0) {
       if (!stop_) log::warn("{}", why);
       continue;
