@@ -830,11 +830,13 @@ TEST_F(ClusterTest, CrossDomainRenameRaisingDoesNotDeadlockAFollower) {
   fflush(nullptr);
   pid_t renamer = fork();
   if (renamer == 0) {
-    // Each rename raises /a; "/" is bound at its current epoch (the advancer moves it on).
+    // Each rename raises /a; "/" is bound at its current epoch (the advancer moves it on). A
+    // raise goes through etcd, so most renames lose the race with an advance of "/" (ESTALE):
+    // the loop makes 100 tries, and up to 600 until ten renames have gone through.
     int moved = 0;
     std::string here = n1.path("f"), there = n1.path("a/f");
-    for (uint64_t k = 2; k < 102; k++) {
-      if (n1.ctl("bind / " + std::to_string(n1.epoch())) || n1.ctl("bind /a " + std::to_string(k)))
+    for (uint64_t k = 2; k < 602 && (k < 102 || moved < 10); k++) {
+      if (n1.ctl("bind /a " + std::to_string(k)) || n1.ctl("bind / " + std::to_string(n1.epoch())))
         continue;
       if (::rename(here.c_str(), there.c_str()) == 0) {
         std::swap(here, there);
@@ -847,7 +849,7 @@ TEST_F(ClusterTest, CrossDomainRenameRaisingDoesNotDeadlockAFollower) {
   std::thread advancer([&] {
     for (uint64_t e = 3; !done && e < 1000; e++) {
       n2.ctl("advance / " + std::to_string(e));
-      std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(e % 4 ? 10ms : 100ms);  // bursts, with gaps a raise fits in
     }
   });
   // Bounded: with the lock-order cycle the member hangs for good.
