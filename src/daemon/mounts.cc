@@ -97,12 +97,27 @@ std::optional<uint64_t> mount_id_of(int fd, unsigned mask, dev_t* dev = nullptr)
   return sx.stx_mnt_id;
 }
 
-// Whether this daemon's mount (as for our_mount, and of device DEV) is in the table.
-std::optional<bool> still_mounted(const std::string& dir, const std::string& backing, dev_t dev,
-                                  std::string* error) {
-  return any_mount(
+// Whether the mount DIR leads to has ID's device but another unique id: this daemon's mount
+// freed the device number and a newer mount took it, so this daemon's is gone.
+bool device_taken_over(const std::string& dir, const MountId& id) {
+  std::string ignored;
+  int fd = id.unique ? open_mountpoint(dir, &ignored) : -1;
+  if (fd < 0) return false;
+  dev_t dev = 0;
+  std::optional<uint64_t> unique = mount_id_of(fd, STATX_MNT_ID_UNIQUE, &dev);
+  close(fd);
+  return unique && dev == id.dev && *unique != id.unique;
+}
+
+// Whether this daemon's mount (as for our_mount, and ID) is in the table.
+std::optional<bool> still_mounted(const std::string& dir, const std::string& backing,
+                                  const MountId& id, std::string* error) {
+  auto found = any_mount(
       "/proc/self/mountinfo",
-      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && mnt_fs_get_devno(fs) == dev; }, error);
+      [&](libmnt_fs* fs) { return ours(fs, dir, backing) && mnt_fs_get_devno(fs) == id.dev; },
+      error);
+  if (found.value_or(false) && device_taken_over(dir, id)) return false;
+  return found;
 }
 
 }  // namespace
@@ -183,7 +198,7 @@ bool left_dead_mount(const std::string& dir, const std::string& backing,
     if (id) {
       int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while ((there = still_mounted(dir, backing, id->dev, &error)).value_or(false)) {
+      while ((there = still_mounted(dir, backing, *id, &error)).value_or(false)) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
             deadline - std::chrono::steady_clock::now());
         if (left.count() <= 0) break;

@@ -35,9 +35,11 @@ const std::string kLocalHook =
 // One member: a fencefs daemon over the shared backing, with its own mountpoint and state.
 class Node {
  public:
-  Node(const std::string& root, const std::string& backing, std::string id, std::string opts)
+  // MNT: ROOT/ID unless given.
+  Node(const std::string& root, const std::string& backing, std::string id, std::string opts,
+       const std::string& mnt = "")
       : id_(std::move(id)), backing_(backing), opts_(std::move(opts)) {
-    mnt_ = root + "/" + id_;
+    mnt_ = mnt.empty() ? root + "/" + id_ : mnt;
     state_ = root + "/" + id_ + ".state";
     log_ = root + "/" + id_ + ".log";
     mkdir(mnt_.c_str(), 0755);
@@ -143,10 +145,11 @@ class ClusterTest : public ::testing::Test {
     etcd_.reset();
     if (!getenv("FENCEFS_KEEP_TEST_DIRS")) sh("rm -rf '" + root_ + "'");
   }
-  Node& node(const std::string& id, std::string etcd, const std::string& extra = "") {
+  Node& node(const std::string& id, std::string etcd, const std::string& extra = "",
+             const std::string& mnt = "") {
     std::replace(etcd.begin(), etcd.end(), ',', '+');  // commas separate mount options
     nodes_.push_back(std::make_unique<Node>(
-        root_, backing_, id, "cluster=c1,etcd=" + etcd + (extra.empty() ? "" : "," + extra)));
+        root_, backing_, id, "cluster=c1,etcd=" + etcd + (extra.empty() ? "" : "," + extra), mnt));
     Node& n = *nodes_.back();
     int st = n.start();
     EXPECT_EQ(st, -1000) << n.log();
@@ -869,6 +872,30 @@ TEST_F(ClusterTest, CrossDomainRenameRaisingDoesNotDeadlockAFollower) {
   advancer.join();
   EXPECT_TRUE(finished) << "renames across domains hung while another member advanced";
   EXPECT_TRUE(finished && WIFEXITED(st) && WEXITSTATUS(st) == 0) << n1.log();
+}
+
+// A member mounted at the path of another that was just unmounted is given the device number the
+// kernel freed. The first daemon, resuming after the unmount, must take it for the unmount it
+// was: exit 0, the other member's mount left alone. Before, it took that mount for its own, left
+// dead, and exited 1 (its detach refused it: another unique mount id).
+TEST_F(ClusterTest, AMemberMountedAtThePathRightAfterAnUnmountIsLeftAlone) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  struct stat first {
+  }, second{};
+  ASSERT_EQ(0, ::stat(n1.mnt().c_str(), &first));
+  ASSERT_EQ(0, kill(n1.pid(), SIGSTOP));  // it reads the unmount only once the next is made
+  ASSERT_EQ(0, sh("fusermount3 -u '" + n1.mnt() + "'"));
+  Node& n2 = node("m2", etcd.endpoints(), "", n1.mnt());
+  ASSERT_EQ(0, ::stat(n2.mnt().c_str(), &second));
+  kill(n1.pid(), SIGCONT);
+  ASSERT_EQ(first.st_dev, second.st_dev) << "the kernel gave the new mount another device";
+  EXPECT_EQ(n1.reap(20s), 0) << n1.log();
+  EXPECT_EQ(n1.log().find("ended while it was still mounted"), std::string::npos) << n1.log();
+  EXPECT_TRUE(is_mounted(n2.mnt()));
+  ASSERT_EQ(n2.ctl("advance / 3"), 0) << n2.log();
+  pid_t job = spawn_job(n2, 3, [&] { return append(n2.path("f"), "x\n"); });
+  EXPECT_EQ(wait_status(job), 0) << n2.log();
 }
 
 // Production etcd speaks TLS and wants client certificates: members given the CA, a certificate
