@@ -149,10 +149,14 @@ std::optional<MountId> our_mount(const std::string& dir, const std::string& back
   return id;
 }
 
-bool detach_dead_mount(const std::string& dir, const std::string& backing, const MountId& id,
-                       std::string* error) {
-  // Root detaches through a descriptor of the mount, never by the path again. The descriptor
-  // holds the mount, so its id cannot pass to another before it is checked in the table.
+namespace {
+
+// Detaches the mount the canonical path DIR leads to if it is a fencefs mount of BACKING made by
+// this user (ours) and `also` accepts its descriptor and table entry; else *error says it is not
+// WHOSE. Root detaches through a descriptor of the mount, never by the path again: the
+// descriptor holds the mount, so its id cannot pass to another before it is checked.
+bool detach_if(const std::string& dir, const std::string& backing, const char* whose,
+               const std::function<bool(int fd, libmnt_fs*)>& also, std::string* error) {
   int fd = open_mountpoint(dir, error);
   if (fd < 0) return false;
   std::optional<uint64_t> table_id = mount_id_of(fd, STATX_MNT_ID);
@@ -166,20 +170,45 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, const
       "/proc/self/mountinfo",
       [&](libmnt_fs* fs) {
         if (static_cast<uint64_t>(mnt_fs_get_id(fs)) != *table_id) return false;
-        mine = ours(fs, dir, backing) && mnt_fs_get_devno(fs) == id.dev;
+        mine = ours(fs, dir, backing) && also(fd, fs);
         return true;
       },
       error);
-  // A device number freed by this daemon's mount may already be another's.
-  if (mine && id.unique) mine = mount_id_of(fd, STATX_MNT_ID_UNIQUE) == id.unique;
   bool ok = found.has_value() && mine;
-  if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not this daemon's", dir);
+  if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not {}", dir, whose);
   if (ok && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
     ok = false;
     *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
   }
   close(fd);
   return ok;
+}
+
+}  // namespace
+
+bool detach_dead_mount(const std::string& dir, const std::string& backing, const MountId& id,
+                       std::string* error) {
+  return detach_if(
+      dir, backing, "this daemon's",
+      [&](int fd, libmnt_fs* fs) {
+        // A device number freed by this daemon's mount may already be another's.
+        return mnt_fs_get_devno(fs) == id.dev &&
+               (!id.unique || mount_id_of(fd, STATX_MNT_ID_UNIQUE) == id.unique);
+      },
+      error);
+}
+
+bool remove_dead_mount(const std::string& dir, const std::string& backing, std::string* error) {
+  return detach_if(
+      dir, backing, "a dead fencefs mount of this backing made by this user",
+      [](int fd, libmnt_fs*) {
+        // A request to an ended connection fails at once with ENOTCONN, and an ended connection
+        // never serves again. (One that only hangs is never detached: this waits for it.)
+        struct statx sx {};
+        return statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) != 0 &&
+               errno == ENOTCONN;
+      },
+      error);
 }
 
 bool left_dead_mount(const std::string& dir, const std::string& backing,

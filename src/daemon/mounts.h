@@ -30,6 +30,10 @@ std::optional<MountId> our_mount(const std::string& dir, const std::string& back
 // POLLERR for an unmount). false with *error when it did not.
 bool detach_dead_mount(const std::string& dir, const std::string& backing, const MountId& id,
                        std::string* error);
+// A killed daemon leaves its mount in place, dead (ENOTCONN), and the path unusable until it is
+// removed. Detaches the mount the canonical path DIR leads to if it is such a mount: fencefs, of
+// BACKING, made by this user, its connection ended. false with *error when it did not.
+bool remove_dead_mount(const std::string& dir, const std::string& backing, std::string* error);
 // After the kernel ended the connection of this daemon's mount at DIR (ID as our_mount found it
 // at start, else NO_ID says why not): whether it left the mount in place, dead. An abort
 // (ABORTED) always does; `umount -f` ends the connection first and then unmounts unless the mount

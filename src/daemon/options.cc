@@ -17,6 +17,7 @@
 
 #include "common/error.h"
 #include "common/path.h"
+#include "daemon/claim.h"
 #include "daemon/lifecycle.h"
 #include "daemon/mounts.h"
 #include "journal/state_files.h"
@@ -333,6 +334,15 @@ void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   std::string& mnt = o.mnt = real;
   auto busy = daemon::is_mountpoint(mnt, &error);
   if (!busy) die(error);
+  // A killed daemon of this backing leaves its mount there, dead (ENOTCONN): removed, so that a
+  // restart needs no unmount first. While a daemon serves the backing, nothing is probed (a
+  // request to a stopped one would wait).
+  if (*busy && (cluster_mode || served_by(backing).empty()) &&
+      daemon::remove_dead_mount(mnt, backing, &error)) {
+    log::warn("removed the dead mount at {} that a fencefs daemon of {} left", mnt, backing);
+    busy = daemon::is_mountpoint(mnt, &error);
+    if (!busy) die(error);
+  }
   if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
   if (under(mnt, backing) || under(backing, mnt))
     die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));

@@ -339,12 +339,16 @@ int Mount::unmount() {
   return status;
 }
 
-void Mount::kill9() {
+void Mount::crash() {
   if (pid_ > 0) {
     kill(pid_, SIGKILL);
     waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+}
+
+void Mount::kill9() {
+  crash();
   sh("fusermount3 -u -z '" + mnt_ + "' 2>/dev/null");
   untrack_mount(mnt_);
 }

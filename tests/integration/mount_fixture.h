@@ -89,6 +89,8 @@ class Mount {
   int unmount();
   // SIGKILL the daemon, detach the mount.
   void kill9();
+  // SIGKILL the daemon and reap it; its mount stays, dead (ENOTCONN).
+  void crash();
   // Mounts again with the same arguments (after unmount or kill9). Returns false on failure.
   bool remount();
   // Starts fencefs with these args and waits for the mount; returns the daemon's exit status if it

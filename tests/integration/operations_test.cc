@@ -973,6 +973,50 @@ TEST(Unmount, AMountMadeAtThePathRightAfterAnUnmountIsLeftAlone) {
   }
 }
 
+// How many mounts the table has at DIR (stacked ones count each).
+int mounts_at(const std::string& dir) {
+  std::istringstream table(slurp("/proc/self/mountinfo"));
+  int n = 0;
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream fields(line);
+    std::string f[5];
+    for (auto& x : f) fields >> x;
+    n += f[4] == dir;
+  }
+  return n;
+}
+
+// A killed daemon leaves its mount in place, dead (ENOTCONN): the next daemon of the backing
+// removes it and mounts there, so a restart needs no unmount first (before, it refused the
+// mountpoint as busy). A dead mount of another backing is not its to remove.
+TEST(Unmount, ANewDaemonRemovesTheDeadMountAKilledOneLeft) {
+  Mount m;
+  ASSERT_EQ(0, write_as(m, 2, "before", "x"));
+  m.crash();
+  struct stat st;
+  ASSERT_EQ(ENOTCONN, E(::stat(m.mnt().c_str(), &st)));
+  ASSERT_EQ(m.try_mount({}), -1000) << m.daemon_log();  // the dead mount counts as one
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (::stat(m.mnt().c_str(), &st) != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(0, E(::stat(m.mnt().c_str(), &st))) << m.daemon_log();
+  EXPECT_EQ(1, mounts_at(m.mnt())) << "the new mount is stacked on the dead one";
+  EXPECT_NE(m.daemon_log().find("removed the dead mount at " + m.mnt()), std::string::npos)
+      << m.daemon_log();
+  EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 1"); }));
+  EXPECT_EQ(0, write_as(m, 2, "after", "x"));
+
+  Mount other;
+  other.crash();
+  TempDir t;
+  int status = -1;
+  std::string out =
+      sh_out(std::string(FENCEFS_BIN) + " -f '" + t.path + "' '" + other.mnt() + "' 2>&1", &status);
+  EXPECT_NE(status, 0) << out;
+  EXPECT_NE(out.find("mountpoint " + other.mnt() + " is busy"), std::string::npos) << out;
+  EXPECT_EQ(ENOTCONN, E(::stat(other.mnt().c_str(), &st)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Logging.
 
