@@ -203,10 +203,17 @@ bool remove_dead_mount(const std::string& dir, const std::string& backing, std::
       dir, backing, "a dead fencefs mount of this backing made by this user",
       [](int fd, libmnt_fs*) {
         // A request to an ended connection fails at once with ENOTCONN, and an ended connection
-        // never serves again. (One that only hangs is never detached: this waits for it.)
+        // never serves again. (One that only hangs is never detached: this waits for it.) While
+        // a killed daemon's rings are torn down, its requests fail with ECANCELED or
+        // ECONNABORTED for a moment.
         struct statx sx {};
-        return statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) != 0 &&
-               errno == ENOTCONN;
+        for (int tries = 0;; tries++) {
+          if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) == 0)
+            return false;
+          if ((errno != ECANCELED && errno != ECONNABORTED) || tries == 100)
+            return errno == ENOTCONN;
+          usleep(20000);
+        }
       },
       error);
 }
