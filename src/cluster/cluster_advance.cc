@@ -252,6 +252,19 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     return EIO;
   }
 
+  // Once proposed, etcd's epoch is `token` pending, `token` committed or above, unless etcd was
+  // restored from an older snapshot or the key rewritten: the older value is no completion.
+  auto went_back = [&](const std::string& held) {
+    *why = fmt::format(
+        "cluster {}: etcd's epoch of domain {} went back to '{}' while it was advanced to {} "
+        "(etcd restored from an older snapshot, or the key rewritten?); the advance did not "
+        "complete and nothing is admitted under {} (retry the advance)",
+        o_.name, d.path, held, token, token);
+    log::error("{}", *why);
+    audit("cluster_advance", "refused", "io", d.path, 0, token, *why);
+    return EIO;
+  };
+
   // 2. Every member acknowledges: nothing below `token` runs anywhere, its data is durable.
   auto deadline = Clock::now() + o_.ack_timeout;
   std::map<std::string, std::string> missing;  // member -> its registration
@@ -260,7 +273,8 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     etcd::Status s = c.get(key, &kv);
     if (!s.ok()) return unreachable(s);
     Value cur;
-    if (kv && decode(kv->value, &cur) && (cur.epoch > token || !cur.pending)) {
+    if (!kv || !decode(kv->value, &cur) || cur.epoch < token) return went_back(kv ? kv->value : "");
+    if (cur.epoch > token || !cur.pending) {
       apply(c, d.path, cur, false);  // completed elsewhere, or superseded
       return followed(cur.epoch);
     }
@@ -332,14 +346,14 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
   if (!s.ok()) return unreachable(s);
   if (r.succeeded) {
     apply(c, d.path, {token, false}, false);
-  } else if (!r.ranges.empty() && !r.ranges[0].empty()) {
-    Value cur;
-    if (decode(r.ranges[0][0].value, &cur)) {
-      apply(c, d.path, cur, false);
-      return followed(cur.epoch);
-    }
+    return followed(token);
   }
-  return followed(token);
+  Value cur;
+  if (r.ranges.empty() || r.ranges[0].empty() || !decode(r.ranges[0][0].value, &cur) ||
+      cur.epoch < token || (cur.epoch == token && cur.pending))
+    return went_back(r.ranges.empty() || r.ranges[0].empty() ? "" : r.ranges[0][0].value);
+  apply(c, d.path, cur, false);  // completed elsewhere, or superseded
+  return followed(cur.epoch);
 }
 
 int Cluster::await_commit(Domain& d, Epoch token, std::string* why) {

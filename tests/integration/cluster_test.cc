@@ -633,6 +633,38 @@ TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
   EXPECT_EQ(slurp(bpath("f")), "new owner\n");
 }
 
+// An advance waiting for a member's acknowledgement finds etcd's epoch gone back below it (etcd
+// restored from an older snapshot, or the key rewritten): it fails, and nothing is admitted under
+// the new epoch. Before, it took the older epoch for a completion elsewhere and reported success
+// without the paused member's acknowledgement.
+TEST_F(ClusterTest, AnAdvanceWhoseEpochGoesBackInEtcdFails) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=2");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=2");
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  ASSERT_TRUE(freeze(n1.pid()));  // its acknowledgement never comes
+  const std::string key = "/fencefs/clusters/c1/epoch/";
+  int result = -1;
+  std::thread advancer([&] { result = n2.ctl("advance / 6"); });
+  EXPECT_TRUE(
+      eventually([&] { return etcd.etcdctl("get --print-value-only " + key) == "6 pending\n"; }));
+  etcd.etcdctl("put " + key + " 5");
+  advancer.join();
+  EXPECT_EQ(result, EIO) << n2.log();
+  EXPECT_NE(n2.log().find("etcd's epoch of domain / went back to '5' while it was advanced to 6"),
+            std::string::npos)
+      << n2.log();
+  pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), EIO);  // 6 is never committed
+  EXPECT_EQ(slurp(bpath("log")), "");
+
+  kill(n1.pid(), SIGCONT);
+  EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();  // a retry, acknowledged by both
+  b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(wait_status(b), 0) << n2.log();
+  EXPECT_EQ(n1.epoch(), 6u);
+}
+
 // A hook that fails (or cannot prove the member is cut off) fails the advance the same way.
 // It starts with the daemon's umask, not the one a caller's creation left on the worker that
 // runs it (common/umask.h).
