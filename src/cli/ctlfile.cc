@@ -43,8 +43,8 @@ std::string mount_or_exit(const std::string& path, const std::string& what) {
   std::string prefix = what.empty() ? "" : what + ": ";
   if (err == ENOTCONN) {
     std::cerr << "fencectl: " << prefix << path
-              << ": daemon gone (ENOTCONN: the fencefs daemon of this mount died); umount it "
-                 "(fusermount3 -u MOUNTPOINT) and mount again\n";
+              << ": daemon gone (ENOTCONN: the fencefs daemon of this mount died); start it "
+                 "again (it replaces the dead mount), or fusermount3 -u MOUNTPOINT\n";
   } else if (err) {
     // The path itself is wrong (a typo, most often): say so, not "not a fencefs mount".
     std::cerr << "fencectl: " << prefix << path << ": " << common::errstr(err) << "\n";

@@ -58,7 +58,7 @@ Operators:
 Exit status: 0 success; `run` passes CMD's status through unchanged (0-199, and 128+signal).
 fencectl's own failures use a reserved range: 200 usage, 201 stale (lower than the epoch),
 202 too far (beyond max_jump), 203 unauthorised, 204 malformed or not a domain, 205 no daemon
-at the mount (not a fencefs mount, or its daemon died: "daemon gone; umount it"),
+at the mount (not a fencefs mount, or its daemon died: "daemon gone"),
 206 journal I/O failure, 207 lock not acquired within --wait, 208 lease lost,
 209 issuer behind the resource, 210 rollback detected, 211 lock service unreachable or failed,
 212 CMD could not be started, 215 other. `verify` keeps 1 (findings) and 2 (could not check).

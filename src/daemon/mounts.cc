@@ -6,10 +6,12 @@
 #include <libmount/libmount.h>
 #include <linux/openat2.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -151,12 +153,14 @@ std::optional<MountId> our_mount(const std::string& dir, const std::string& back
 
 namespace {
 
-// Detaches the mount the canonical path DIR leads to if it is a fencefs mount of BACKING made by
-// this user (ours) and `also` accepts its descriptor and table entry; else *error says it is not
-// WHOSE. Root detaches through a descriptor of the mount, never by the path again: the
-// descriptor holds the mount, so its id cannot pass to another before it is checked.
+// Whether the mount the canonical path DIR leads to is a fencefs mount of BACKING made by this
+// user (ours) that `also` accepts by its descriptor and table entry (else *error says it is not
+// WHOSE), and then, if DETACH, detaches it. Root detaches through a descriptor of the mount,
+// never by the path again: the descriptor holds the mount, so its id cannot pass to another
+// before it is checked.
 bool detach_if(const std::string& dir, const std::string& backing, const char* whose,
-               const std::function<bool(int fd, libmnt_fs*)>& also, std::string* error) {
+               const std::function<bool(int fd, libmnt_fs*)>& also, std::string* error,
+               bool detach = true) {
   int fd = open_mountpoint(dir, error);
   if (fd < 0) return false;
   std::optional<uint64_t> table_id = mount_id_of(fd, STATX_MNT_ID);
@@ -176,7 +180,7 @@ bool detach_if(const std::string& dir, const std::string& backing, const char* w
       error);
   bool ok = found.has_value() && mine;
   if (found.has_value() && !ok) *error = fmt::format("the mount at {} is not {}", dir, whose);
-  if (ok && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
+  if (ok && detach && umount2(fmt::format("/proc/self/fd/{}", fd).c_str(), MNT_DETACH) != 0) {
     ok = false;
     *error = fmt::format("umount {}: {}", dir, common::errstr(errno));
   }
@@ -198,24 +202,64 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, const
       error);
 }
 
+namespace {
+
+// Whether the connection of the fencefs mount FD is on has ended: a request to it fails with
+// ENOTCONN, which only the kernel gives for its control directory (fencefs answers it from
+// memory, never from BACKING, whose own errors could be ENOTCONN). Asked by a child given 10 s:
+// a live daemon that does not answer would hold the request forever. While a killed daemon's
+// rings are torn down its requests fail with ECANCELED or ECONNABORTED, or wait, for a moment.
+bool connection_ended(int fd, std::string* why) {
+  pid_t pid = fork();
+  if (pid < 0) {
+    *why = fmt::format("fork: {}", common::errstr(errno));
+    return false;
+  }
+  if (pid == 0) {  // only system calls here: the parent may have other threads
+    struct statx sx {};
+    for (int tries = 0; tries < 250; tries++) {
+      if (statx(fd, ".fencefs", AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) == 0)
+        _exit(1);
+      if (errno == ENOTCONN) _exit(0);
+      if (errno != ECANCELED && errno != ECONNABORTED) _exit(1);
+      usleep(20000);
+    }
+    _exit(1);
+  }
+  int st = 0;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (waitpid(pid, &st, WNOHANG) != pid) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      kill(pid, SIGKILL);  // a FUSE request's wait ends at a fatal signal
+      waitpid(pid, &st, 0);
+      *why = "its daemon did not answer within 10 s";
+      return false;
+    }
+    usleep(10000);
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return true;
+  *why = "its daemon answers";
+  return false;
+}
+
+bool dead_ours(const std::string& dir, const std::string& backing, bool detach,
+               std::string* error) {
+  std::string why;
+  bool ok = detach_if(
+      dir, backing, "a fencefs mount of this backing made by this user",
+      [&](int fd, libmnt_fs*) { return connection_ended(fd, &why); }, error, detach);
+  if (!why.empty()) *error = fmt::format("the fencefs mount of {} at {}: {}", backing, dir, why);
+  return ok;
+}
+
+}  // namespace
+
+bool dead_mount_at(const std::string& dir, const std::string& backing, std::string* error) {
+  return dead_ours(dir, backing, false, error);
+}
+
 bool remove_dead_mount(const std::string& dir, const std::string& backing, std::string* error) {
-  return detach_if(
-      dir, backing, "a dead fencefs mount of this backing made by this user",
-      [](int fd, libmnt_fs*) {
-        // A request to an ended connection fails at once with ENOTCONN, and an ended connection
-        // never serves again. (One that only hangs is never detached: this waits for it.) While
-        // a killed daemon's rings are torn down, its requests fail with ECANCELED or
-        // ECONNABORTED for a moment.
-        struct statx sx {};
-        for (int tries = 0;; tries++) {
-          if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) == 0)
-            return false;
-          if ((errno != ECANCELED && errno != ECONNABORTED) || tries == 100)
-            return errno == ENOTCONN;
-          usleep(20000);
-        }
-      },
-      error);
+  return dead_ours(dir, backing, true, error);
 }
 
 bool left_dead_mount(const std::string& dir, const std::string& backing,

@@ -31,8 +31,11 @@ std::optional<MountId> our_mount(const std::string& dir, const std::string& back
 bool detach_dead_mount(const std::string& dir, const std::string& backing, const MountId& id,
                        std::string* error);
 // A killed daemon leaves its mount in place, dead (ENOTCONN), and the path unusable until it is
-// removed. Detaches the mount the canonical path DIR leads to if it is such a mount: fencefs, of
-// BACKING, made by this user, its connection ended. false with *error when it did not.
+// removed. Whether the mount the canonical path DIR leads to is such a mount: fencefs, of
+// BACKING, made by this user, its connection ended (probed in a child, for at most 10 s). false
+// with *error when it is not, or that cannot be told.
+bool dead_mount_at(const std::string& dir, const std::string& backing, std::string* error);
+// Detaches that mount after checking it again; false with *error when it did not.
 bool remove_dead_mount(const std::string& dir, const std::string& backing, std::string* error);
 // After the kernel ended the connection of this daemon's mount at DIR (ID as our_mount found it
 // at start, else NO_ID says why not): whether it left the mount in place, dead. An abort

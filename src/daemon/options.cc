@@ -318,6 +318,17 @@ namespace {
 
 // BACKING, MOUNTPOINT and state=: canonical, of the right kind, none inside another where that
 // would expose or hide something.
+void check_empty(const std::string& mnt, bool nonempty) {
+  std::string error;
+  auto full = daemon::dir_has_entries(mnt, &error);
+  if (!full) die(error);
+  if (*full && !nonempty)
+    die(fmt::format(
+        "mountpoint {} is not empty: the mount would hide its files; use an empty directory "
+        "or -o nonempty",
+        mnt));
+}
+
 void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   Settings& o = *out;
   const bool cluster_mode = o.cluster_mode;
@@ -334,25 +345,18 @@ void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   std::string& mnt = o.mnt = real;
   auto busy = daemon::is_mountpoint(mnt, &error);
   if (!busy) die(error);
-  // A killed daemon of this backing leaves its mount there, dead (ENOTCONN): removed, so that a
-  // restart needs no unmount first. While a daemon serves the backing, nothing is probed (a
-  // request to a stopped one would wait).
-  if (*busy && (cluster_mode || served_by(backing).empty()) &&
-      daemon::remove_dead_mount(mnt, backing, &error)) {
-    log::warn("removed the dead mount at {} that a fencefs daemon of {} left", mnt, backing);
-    busy = daemon::is_mountpoint(mnt, &error);
-    if (!busy) die(error);
-  }
-  if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", mnt));
+  // A killed daemon of this backing leaves its mount there, dead (ENOTCONN): replaced at the
+  // mount (replace_dead_mount), so that a restart needs no unmount first and the bare directory
+  // shows only between the two. While a daemon holds the backing, nothing is probed.
+  o.dead_mount = *busy && (cluster_mode || served_by(backing).empty()) &&
+                 daemon::dead_mount_at(mnt, backing, &error);
+  if (*busy && !o.dead_mount)
+    die(fmt::format("mountpoint {} is busy: something is mounted there{}", mnt,
+                    error.empty() ? "" : " (" + error + ")"));
   if (under(mnt, backing) || under(backing, mnt))
     die(fmt::format("mountpoint {} and backing {} must not contain each other", mnt, backing));
-  auto full = daemon::dir_has_entries(mnt, &error);
-  if (!full) die(error);
-  if (*full && !a.nonempty)
-    die(fmt::format(
-        "mountpoint {} is not empty: the mount would hide its files; use an empty directory "
-        "or -o nonempty",
-        mnt));
+  o.nonempty = a.nonempty != 0;
+  if (!o.dead_mount) check_empty(mnt, o.nonempty);
 
   std::string& state = o.state = backing + "/.fencefs";
   if (a.state) {
@@ -449,6 +453,20 @@ Settings check_options(const Args& a, const fuse_cmdline_opts& copts) {
   }
 
   return o;
+}
+
+void replace_dead_mount(const Settings& o) {
+  std::string error;
+  if (!daemon::remove_dead_mount(o.mnt, o.backing, &error))
+    die(
+        fmt::format("mountpoint {} holds the dead mount of a fencefs daemon of {} that is gone, "
+                    "and it was not removed ({}): fusermount3 -u -z {}",
+                    o.mnt, o.backing, error, o.mnt));
+  log::warn("removed the dead mount at {} that a fencefs daemon of {} left", o.mnt, o.backing);
+  auto busy = daemon::is_mountpoint(o.mnt, &error);
+  if (!busy) die(error);
+  if (*busy) die(fmt::format("mountpoint {} is busy: something is mounted there", o.mnt));
+  check_empty(o.mnt, o.nonempty);
 }
 
 }  // namespace fencefs::daemon

@@ -81,9 +81,14 @@ struct Settings {
   std::optional<cluster::Options> cluster_opts;
   uint64_t floor_opt = 0;
   std::optional<unsigned> readahead_kib;  // readahead=, when given (0: the kernel's default)
+  bool nonempty = false;
+  bool dead_mount = false;  // MOUNTPOINT holds a dead fencefs mount of BACKING: replace it
 };
 // Every option checked (dies with the reason on the first that is wrong).
 Settings check_options(const Args& a, const fuse_cmdline_opts& copts);
+// Removes the dead mount at MOUNTPOINT that check_options found (dead_mount), right before the
+// mount, and checks the mountpoint again; dies when it cannot.
+void replace_dead_mount(const Settings& o);
 
 // A mount that fails takes back what it made: on_failure() registers an undo step (run newest
 // first by die()), startup_done() forgets them once the mount serves.

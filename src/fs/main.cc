@@ -11,9 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -344,7 +342,8 @@ std::unique_ptr<cluster::Cluster> join_cluster(const daemon::Settings& o, fence:
   return cluster;
 }
 
-fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const std::string& mnt) {
+fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const daemon::Settings& o) {
+  const std::string& mnt = o.mnt;
   fuse_session* se =
       fuse_session_new(args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
   if (!se) die("cannot create the FUSE session (bad option?)");
@@ -352,6 +351,7 @@ fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const std::stri
   // SIGHUP would end the session (libfuse's handler), others would kill the daemon: a thread
   // takes them instead (started once the daemon runs in its final process).
   daemon::block_handled_signals();
+  if (o.dead_mount) daemon::replace_dead_mount(o);
   if (fuse_session_mount(se, mnt.c_str()) != 0)
     die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
   daemon::on_failure([se] { fuse_session_unmount(se); });
@@ -442,7 +442,7 @@ int main(int argc, char* argv[]) {
   restore_bindings(binding_store, bindings, domains);
   fs::Fs filesystem(fopts, fence, bindings, root_fd);
 
-  fuse_session* se = mount_session(&args, filesystem, mnt);
+  fuse_session* se = mount_session(&args, filesystem, o);
   std::string no_id;
   std::optional<daemon::MountId> mount_id = daemon::our_mount(mnt, backing, &no_id);
   daemon::apply_readahead(mount_id, no_id, o.readahead_kib);

@@ -920,7 +920,7 @@ TEST_F(ClusterTest, AMemberMountedAtThePathRightAfterAnUnmountIsLeftAlone) {
   struct stat first {
   }, second{};
   ASSERT_EQ(0, ::stat(n1.mnt().c_str(), &first));
-  ASSERT_EQ(0, kill(n1.pid(), SIGSTOP));  // it reads the unmount only once the next is made
+  ASSERT_TRUE(freeze(n1.pid()));  // it reads the unmount only once the next is made
   ASSERT_EQ(0, sh("fusermount3 -u '" + n1.mnt() + "'"));
   Node& n2 = node("m2", etcd.endpoints(), "", n1.mnt());
   ASSERT_EQ(0, ::stat(n2.mnt().c_str(), &second));
@@ -932,6 +932,31 @@ TEST_F(ClusterTest, AMemberMountedAtThePathRightAfterAnUnmountIsLeftAlone) {
   ASSERT_EQ(n2.ctl("advance / 3"), 0) << n2.log();
   pid_t job = spawn_job(n2, 3, [&] { return append(n2.path("f"), "x\n"); });
   EXPECT_EQ(wait_status(job), 0) << n2.log();
+}
+
+// A member started at the mountpoint of another that is stopped (not dead) is refused as busy
+// within the probe's bound (10 s), and the stopped member's mount is left alone: the probe of a
+// dead mount waits for no daemon.
+TEST_F(ClusterTest, AMemberStartedOnAStoppedMembersMountIsRefusedAsBusy) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  ASSERT_TRUE(freeze(n1.pid()));
+  std::string eps = etcd.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  int st = -1;
+  std::string out =
+      sh_out("timeout -s KILL 60 " + std::string(FENCEFS_BIN) + " -f -o state=" + root_ +
+                 "/m2.state,member=m2,cluster=c1,etcd=" + eps + " '" + backing_ + "' '" + n1.mnt() +
+                 "' 2>&1",
+             &st);
+  EXPECT_EQ(st, 1) << out;
+  EXPECT_NE(out.find("did not answer within 10 s"), std::string::npos) << out;
+  EXPECT_NE(out.find("is busy"), std::string::npos) << out;
+  kill(n1.pid(), SIGCONT);
+  // Still mounted, and serving once back in contact with etcd (10 s stopped isolated it).
+  EXPECT_TRUE(eventually([&] { return n1.ctl("advance / 3") == 0; }, 30s)) << n1.log();
+  pid_t job = spawn_job(n1, 3, [&] { return append(n1.path("f"), "x\n"); });
+  EXPECT_EQ(wait_status(job), 0) << n1.log();
 }
 
 // Production etcd speaks TLS and wants client certificates: members given the CA, a certificate
