@@ -108,6 +108,15 @@ ssize_t io_read(int fd, void* buf, size_t len, void*) {
 }
 
 ssize_t io_writev(int fd, iovec* iov, int count, void*) {
+  // A connection error of BACKING's (a network filesystem that lost its servers) must not read
+  // as this mount's own: from the kernel, ENOTCONN says the fencefs daemon is gone (fencectl, and
+  // a new daemon's probe of a dead mount, take it so).
+  if (count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
+    auto* oh = static_cast<fuse_out_header*>(iov[0].iov_base);
+    if (oh->unique != 0 &&
+        (oh->error == -ENOTCONN || oh->error == -ECONNABORTED || oh->error == -ECANCELED))
+      oh->error = -EIO;
+  }
   if (ring::active() && count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
     fuse_out_header oh;
     std::memcpy(&oh, iov[0].iov_base, sizeof oh);
