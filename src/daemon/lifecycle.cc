@@ -38,6 +38,9 @@ std::string dir_of(const std::string& path) {
 void keep_standard_fds_open() {
   for (int fd = 0; fd < 3; fd++)
     if (fcntl(fd, F_GETFD) < 0 && errno == EBADF && open("/dev/null", O_RDWR) != fd) _exit(1);
+  // An ignored SIGCHLD survives exec, and the kernel would then reap the children the daemon
+  // waits for (the dead-mount probe, fence hooks).
+  signal(SIGCHLD, SIG_DFL);
 }
 
 void block_handled_signals() {

@@ -6,7 +6,7 @@ namespace fencefs::daemon {
 
 // Opens /dev/null on whichever of stdin, stdout and stderr is closed, first thing: a file the
 // daemon opens later must not take their place, which detaching points at /dev/null (the state
-// lock would be dropped with it).
+// lock would be dropped with it). Also takes SIGCHLD back to its default.
 void keep_standard_fds_open();
 
 // Signals: SIGTERM and SIGINT end the session (libfuse's handlers: a clean unmount). These are

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
@@ -205,10 +206,10 @@ bool detach_dead_mount(const std::string& dir, const std::string& backing, const
 namespace {
 
 // Whether the connection of the fencefs mount FD is on has ended: a request to it fails with
-// ENOTCONN, which only the kernel gives for its control directory (fencefs answers it from
-// memory, never from BACKING, whose own errors could be ENOTCONN). Asked by a child given 10 s:
-// a live daemon that does not answer would hold the request forever. While a killed daemon's
-// rings are torn down its requests fail with ECANCELED or ECONNABORTED, or wait, for a moment.
+// ENOTCONN. fencefs answers its .fencefs directory from memory, and never passes on a connection
+// error of BACKING's (kernel_io), so only the kernel gives it. Asked by a child given 10 s: a live
+// daemon that does not answer would hold the request forever. While a killed daemon's rings are
+// torn down its requests fail with ECANCELED or ECONNABORTED, or wait, for a moment.
 bool connection_ended(int fd, std::string* why) {
   pid_t pid = fork();
   if (pid < 0) {
@@ -216,6 +217,10 @@ bool connection_ended(int fd, std::string* why) {
     return false;
   }
   if (pid == 0) {  // only system calls here: the parent may have other threads
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // Nothing of the parent's (its claim's locked file, the journal) outlives it through this.
+    if (fd > 3) syscall(SYS_close_range, 3U, static_cast<unsigned>(fd) - 1, 0U);
+    syscall(SYS_close_range, static_cast<unsigned>(fd) + 1, ~0U, 0U);
     struct statx sx {};
     for (int tries = 0; tries < 250; tries++) {
       if (statx(fd, ".fencefs", AT_SYMLINK_NOFOLLOW | AT_STATX_FORCE_SYNC, STATX_TYPE, &sx) == 0)
@@ -227,18 +232,25 @@ bool connection_ended(int fd, std::string* why) {
     _exit(1);
   }
   int st = 0;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (waitpid(pid, &st, WNOHANG) != pid) {
-    if (std::chrono::steady_clock::now() >= deadline) {
-      kill(pid, SIGKILL);  // a FUSE request's wait ends at a fatal signal
-      waitpid(pid, &st, 0);
-      *why = "its daemon did not answer within 10 s";
+  auto start = std::chrono::steady_clock::now();
+  bool killed = false;
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      *why = fmt::format("waitpid: {}", common::errstr(errno));
       return false;
     }
+    auto waited = std::chrono::steady_clock::now() - start;
+    if (!killed && waited >= std::chrono::seconds(10)) {
+      kill(pid, SIGKILL);  // ends a FUSE request's wait, unless the daemon already took it
+      killed = true;
+    }
+    if (waited >= std::chrono::seconds(12)) break;  // left behind: it dies with its request
     usleep(10000);
   }
-  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return true;
-  *why = "its daemon answers";
+  if (!killed && WIFEXITED(st) && WEXITSTATUS(st) == 0) return true;
+  *why = killed ? "its daemon did not answer within 10 s" : "it answered";
   return false;
 }
 
