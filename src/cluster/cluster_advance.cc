@@ -254,14 +254,20 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
 
   // Once proposed, etcd's epoch is `token` pending, `token` committed or above, unless etcd was
   // restored from an older snapshot or the key rewritten: the older value is no completion.
+  // This member already holds `token` (pending): as at a rollback found by a re-read, only an
+  // advance above it heals the domain.
   auto went_back = [&](const std::string& held) {
     *why = fmt::format(
         "cluster {}: etcd's epoch of domain {} went back to '{}' while it was advanced to {} "
         "(etcd restored from an older snapshot, or the key rewritten?); the advance did not "
-        "complete and nothing is admitted under {} (retry the advance)",
-        o_.name, d.path, held, token, token);
+        "complete, nothing is admitted under {}, and an advance above {} heals the domain",
+        o_.name, d.path, held, token, token, token);
     log::error("{}", *why);
     audit("cluster_advance", "refused", "io", d.path, 0, token, *why);
+    {
+      std::lock_guard lk(follow_mu_);
+      rolled_back_[d.path] = std::max(rolled_back_[d.path], token);
+    }
     return EIO;
   };
 
