@@ -639,8 +639,8 @@ TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
 // without the paused member's acknowledgement.
 TEST_F(ClusterTest, AnAdvanceWhoseEpochGoesBackInEtcdFails) {
   Etcd& etcd = this->etcd(1);
-  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=2");
-  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=2");
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=4");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=4");
   ASSERT_EQ(n1.ctl("advance / 5"), 0);
   ASSERT_TRUE(freeze(n1.pid()));  // its acknowledgement never comes
   const std::string key = "/fencefs/clusters/c1/epoch/";
@@ -658,11 +658,15 @@ TEST_F(ClusterTest, AnAdvanceWhoseEpochGoesBackInEtcdFails) {
   EXPECT_EQ(wait_status(b), EIO);  // 6 is never committed
   EXPECT_EQ(slurp(bpath("log")), "");
 
+  EXPECT_NE(n2.status().find("\"rolled_back\":{\"/\":6}"), std::string::npos) << n2.status();
+  EXPECT_EQ(n2.ctl("advance / 6"), EUCLEAN) << n2.log();  // as after a rollback
+
   kill(n1.pid(), SIGCONT);
-  EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();  // a retry, acknowledged by both
-  b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
+  EXPECT_EQ(n2.ctl("advance / 7"), 0) << n2.log();  // heals it, acknowledged by both
+  b = spawn_job(n2, 7, [&] { return append(n2.path("log"), "B\n"); });
   EXPECT_EQ(wait_status(b), 0) << n2.log();
-  EXPECT_EQ(n1.epoch(), 6u);
+  EXPECT_EQ(n1.epoch(), 7u);
+  EXPECT_NE(n2.status().find("\"rolled_back\":{}"), std::string::npos) << n2.status();
 }
 
 // A hook that fails (or cannot prove the member is cut off) fails the advance the same way.

@@ -1000,7 +1000,7 @@ TEST(Unmount, ANewDaemonRemovesTheDeadMountAKilledOneLeft) {
   EXPECT_TRUE(err == ENOTCONN || err == ECANCELED || err == ECONNABORTED) << err;
   ASSERT_EQ(m.try_mount({}), -1000) << m.daemon_log();  // the dead mount counts as one
   // Dead until removed, then the bare directory for a moment, then the new mount.
-  auto up = [&] { return mounts_at(m.mnt()) > 0 && ::stat(m.mnt().c_str(), &st) == 0; };
+  auto up = [&] { return ::stat(m.mnt().c_str(), &st) == 0 && mounts_at(m.mnt()) > 0; };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!up() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -1020,6 +1020,31 @@ TEST(Unmount, ANewDaemonRemovesTheDeadMountAKilledOneLeft) {
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(out.find("mountpoint " + other.mnt() + " is busy"), std::string::npos) << out;
   EXPECT_EQ(ENOTCONN, E(::stat(other.mnt().c_str(), &st)));
+}
+
+// A connection error of BACKING's own (here a FUSE filesystem inside BACKING whose daemon died)
+// reaches callers as EIO: ENOTCONN from a fencefs mount says its own daemon is gone, which
+// fencectl and a new daemon's probe of a dead mount rely on.
+TEST(DeadDaemon, ABackingsConnectionErrorIsEioNotThisMountsOwn) {
+  Mount m;
+  TempDir src;
+  std::string sub = m.bpath("sub");
+  ASSERT_EQ(0, ::mkdir(sub.c_str(), 0755));
+  pid_t bindfs = fork();
+  if (bindfs == 0) {
+    execlp("bindfs", "bindfs", "-f", src.path.c_str(), sub.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int t = 0; t < 10000 && !is_mounted(sub); t += 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(is_mounted(sub));
+  kill(bindfs, SIGKILL);
+  waitpid(bindfs, nullptr, 0);
+  struct stat st;
+  EXPECT_EQ(ENOTCONN, E(::stat((sub + "/x").c_str(), &st)));  // on BACKING itself
+  EXPECT_EQ(EIO, E(::stat(m.path("sub/x").c_str(), &st)));    // through the mount
+  EXPECT_EQ(0, E(::stat(m.path(".fencefs").c_str(), &st)));   // the mount itself is fine
+  sh("fusermount3 -u -z '" + sub + "'");
 }
 
 // ---------------------------------------------------------------------------------------------
