@@ -316,8 +316,7 @@ int parse_args(fuse_args* args, Args* a) { return fuse_opt_parse(args, a, kSpecs
 
 namespace {
 
-// BACKING, MOUNTPOINT and state=: canonical, of the right kind, none inside another where that
-// would expose or hide something.
+// The mountpoint holds no files the mount would hide, unless NONEMPTY allows it.
 void check_empty(const std::string& mnt, bool nonempty) {
   std::string error;
   auto full = daemon::dir_has_entries(mnt, &error);
@@ -329,6 +328,8 @@ void check_empty(const std::string& mnt, bool nonempty) {
         mnt));
 }
 
+// BACKING, MOUNTPOINT and state=: canonical, of the right kind, none inside another where that
+// would expose or hide something.
 void check_paths(const Args& a, const fuse_cmdline_opts& copts, Settings* out) {
   Settings& o = *out;
   const bool cluster_mode = o.cluster_mode;

@@ -116,12 +116,8 @@ ssize_t io_writev(int fd, iovec* iov, int count, void*) {
     if (oh->unique != 0 &&
         (oh->error == -ENOTCONN || oh->error == -ECONNABORTED || oh->error == -ECANCELED))
       oh->error = -EIO;
-  }
-  if (ring::active() && count >= 1 && iov[0].iov_len == sizeof(fuse_out_header)) {
-    fuse_out_header oh;
-    std::memcpy(&oh, iov[0].iov_base, sizeof oh);
-    if (oh.unique != 0) {
-      ssize_t n = ring::reply(oh.unique, iov, count);
+    if (ring::active() && oh->unique != 0) {
+      ssize_t n = ring::reply(oh->unique, iov, count);
       if (n >= 0) return n;
     }
   }
