@@ -45,7 +45,7 @@ class Node {
     mkdir(mnt_.c_str(), 0755);
   }
   ~Node() {
-    if (pid_ > 0) kill(pid_, SIGCONT);
+    if (pid_ > 0) thaw(pid_);
     stop();
   }
 

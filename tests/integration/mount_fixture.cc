@@ -70,20 +70,29 @@ void untrack_mount(const std::string& mnt) {
   live_mounts().erase(mnt);
 }
 
-static bool all_stopped(pid_t pid) {
+// Whether every thread of pid is in one of the states (a letter of /proc's stat), or any is.
+static bool threads_in(pid_t pid, const char* states, bool every) {
   std::string dir = "/proc/" + std::to_string(pid) + "/task";
   DIR* d = opendir(dir.c_str());
   if (!d) return false;
-  bool all = true;
+  bool all = true, any = false;
   while (dirent* e = readdir(d)) {
     if (e->d_name[0] == '.') continue;
     std::string st = slurp(dir + "/" + e->d_name + "/stat");
     size_t paren = st.rfind(')');
-    if (paren != std::string::npos && paren + 2 < st.size() && !strchr("TtZX", st[paren + 2]))
-      all = false;  // stopped, or gone
+    if (paren == std::string::npos || paren + 2 >= st.size()) continue;  // gone
+    bool in = strchr(states, st[paren + 2]) != nullptr;
+    all = all && in;
+    any = any || in;
   }
   closedir(d);
-  return all;
+  return every ? all : any;
+}
+
+static bool all_stopped(pid_t pid) { return threads_in(pid, "TtZX", true); }
+
+void thaw(pid_t pid) {
+  if (threads_in(pid, "T", false)) kill(pid, SIGCONT);
 }
 
 bool freeze(pid_t pid) {
@@ -200,7 +209,7 @@ Bait::Bait(std::string_view name) : dir_(temp_dir(name)) {
 
 Bait::~Bait() {
   if (pid_ > 0) {
-    kill(pid_, SIGCONT);
+    thaw(pid_);
     sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null");
     kill(pid_, SIGTERM);
     waitpid(pid_, nullptr, 0);
@@ -296,7 +305,7 @@ int Mount::try_mount(std::vector<std::string> extra) {
 
 int Mount::unmount() {
   // A test that stopped the daemon may have failed before resuming it.
-  if (pid_ > 0) kill(pid_, SIGCONT);
+  if (pid_ > 0) thaw(pid_);
   // The daemon may unmount by itself meanwhile (SIGTERM): then there is nothing to force.
   if (mounted() && sh("fusermount3 -u '" + mnt_ + "' 2>/dev/null") != 0 && mounted())
     sh("fusermount3 -u -z '" + mnt_ + "'");
@@ -396,8 +405,16 @@ bool store(char* p, char c, size_t n) {
 }
 
 std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
+  // read(2), not a stream: libstdc++ throws on a read error, which /proc files of a thread that
+  // has just exited give (ESRCH).
+  std::string out;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return out;
 }
 
 void spit(const std::string& path, const std::string& data) {

@@ -24,6 +24,11 @@ std::string sh_out(const std::string& cmd, int* status = nullptr);
 // before they are, and a thread still running may serve one more request. True once stopped.
 bool freeze(pid_t pid);
 
+// Resumes pid if a SIGSTOP holds it, else sends nothing: a SIGCONT discards a pending SIGSTOP,
+// such as the one the exit-time leak check of a sanitized daemon sends its threads as it attaches
+// to them, and that check then waits for their stop forever.
+void thaw(pid_t pid);
+
 // Runs cmd with /bin/sh in a child: its exit status if it ends within ms, else -1 with the child
 // left running in *left (the caller reaps it once whatever held it up is lifted).
 int finishes_within(const std::string& cmd, int ms, pid_t* left);
