@@ -7,6 +7,7 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -27,6 +28,16 @@ sigset_t handled_set() {
   return set;
 }
 
+std::atomic<void (*)()> g_stop{nullptr};
+std::atomic<int> g_stop_signal{0};
+std::atomic<pid_t> g_stop_from{0};
+
+void on_stop_signal(int sig, siginfo_t* info, void*) {
+  int none = 0;
+  if (g_stop_signal.compare_exchange_strong(none, sig)) g_stop_from.store(info->si_pid);
+  g_stop.load()();
+}
+
 std::string dir_of(const std::string& path) {
   size_t slash = path.rfind('/');
   if (slash == std::string::npos) return ".";
@@ -41,6 +52,22 @@ void keep_standard_fds_open() {
   // An ignored SIGCHLD survives exec, and the kernel would then reap the children the daemon
   // waits for (the dead-mount probe, fence hooks).
   signal(SIGCHLD, SIG_DFL);
+}
+
+void stop_on_signals(void (*stop)()) {
+  g_stop.store(stop);
+  struct sigaction sa = {};
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;  // the other threads' system calls go on
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int stop_signal(pid_t* from) {
+  *from = g_stop_from.load();
+  return g_stop_signal.load();
 }
 
 void block_handled_signals() {
@@ -61,7 +88,8 @@ void start_signal_thread() {
       } else {
         const char* abbrev = sigabbrev_np(sig);
         std::string name = abbrev ? std::string("SIG") + abbrev : std::to_string(sig);
-        log::info("{} from pid {}: ignored (SIGTERM or fusermount3 -u unmount)", name, info.si_pid);
+        log::info("{} from pid {}: ignored (SIGTERM or fusermount3 -u unmounts)", name,
+                  info.si_pid);
       }
     }
   }).detach();

@@ -1,5 +1,7 @@
 // The daemon's life under a service manager: signals, readiness, pid file.
 #pragma once
+#include <sys/types.h>
+
 #include <string>
 
 namespace fencefs::daemon {
@@ -9,11 +11,16 @@ namespace fencefs::daemon {
 // lock would be dropped with it). Also takes SIGCHLD back to its default.
 void keep_standard_fds_open();
 
-// Signals: SIGTERM and SIGINT end the session (libfuse's handlers: a clean unmount). These are
-// taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log file,
-// SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and
-// ignored. block_handled_signals() must run before any other thread starts.
+// Signals. SIGTERM and SIGINT end the session: a handler records them and calls `stop`,
+// whichever thread they reach (stop_on_signals). The others are taken by a thread instead, so
+// none of them can end the daemon: SIGHUP reopens the log file, SIGUSR1, SIGUSR2, SIGALRM,
+// SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and ignored.
+// block_handled_signals() runs first thing, before any other thread starts: they inherit it.
 void block_handled_signals();
+// From now on SIGTERM and SIGINT call `stop` (async-signal-safe) and SIGPIPE is ignored.
+void stop_on_signals(void (*stop)());
+// The stop signal received (0: none) and its sender.
+int stop_signal(pid_t* from);
 void start_signal_thread();
 
 // sd_notify(3): no-ops unless started by a service manager (NOTIFY_SOCKET set).

@@ -27,23 +27,28 @@ constexpr int kReaders = 2;  // workers waiting in read(2) at once, at most
 // Copies of the one loop's counts, written under its mutex, read without it by the metrics.
 std::atomic<int> g_started, g_reading, g_parked, g_busy;
 
+// Posted by every worker that leaves, by one that wants another started, and by stop_serving(),
+// which may run before the loop, after it, or in a signal handler on any thread: so it outlives
+// the loop, and the stop is a flag of its own, not libfuse's (a session may be gone by then).
+sem_t g_wake;
+const bool g_wake_ready = sem_init(&g_wake, 0, 0) == 0;
+std::atomic<bool> g_stop{false};
+
 class Loop {
  public:
-  Loop(fuse_session* se, int max_workers) : se_(se), max_(max_workers) { sem_init(&ended_, 0, 0); }
-  ~Loop() { sem_destroy(&ended_); }
+  Loop(fuse_session* se, int max_workers) : se_(se), max_(max_workers) {}
 
   int run() {
     {
       std::lock_guard lk(mu_);
       if (!spawn_locked()) return -EAGAIN;
     }
-    // Posted by every worker that leaves (the session has ended once one has) and by one that
-    // wants another started: started here, never by a worker, so that every worker begins with
-    // the process's umask (0) and keeps it if it cannot have its own (see work()).
-    while (!fuse_session_exited(se_)) {
-      sem_wait(&ended_);
+    // A worker is started here, never by a worker, so that every worker begins with the
+    // process's umask (0) and keeps it if it cannot have its own (see work()).
+    while (!ended()) {
+      sem_wait(&g_wake);
       std::lock_guard lk(mu_);
-      if (!wanted_ || ended_flag_ || fuse_session_exited(se_)) continue;
+      if (!wanted_ || ended_flag_ || ended()) continue;
       wanted_ = false;
       if (readers_ > 0) continue;  // one went back to read(2) meanwhile
       if (parked_ > 0) {
@@ -52,6 +57,7 @@ class Loop {
         spawn_locked();
       }
     }
+    fuse_session_exit(se_);
     std::vector<pthread_t> all;
     {
       std::lock_guard lk(mu_);
@@ -110,7 +116,7 @@ class Loop {
     // would share that worker's, which keeps the last caller's (common/umask.h).
     common::own_thread_umask();
     std::unique_lock lk(mu_);
-    while (!ended_flag_ && !fuse_session_exited(se_)) {
+    while (!ended_flag_ && !ended()) {
       if (readers_ >= kReaders + busy_) {
         parked_++;
         publish();
@@ -141,7 +147,7 @@ class Loop {
           parked_cv_.notify_one();
         } else if (static_cast<int>(workers_.size()) < max_ && !wanted_) {
           wanted_ = true;
-          sem_post(&ended_);
+          sem_post(&g_wake);
         }
       }
       busy_++;
@@ -155,8 +161,11 @@ class Loop {
     publish();
     lk.unlock();
     parked_cv_.notify_all();
-    sem_post(&ended_);
+    sem_post(&g_wake);
   }
+
+  // A stop, an unmount, or an error.
+  bool ended() const { return g_stop.load() || fuse_session_exited(se_); }
 
   void publish() {  // under mu_
     g_started.store(static_cast<int>(workers_.size()) - left_, std::memory_order_relaxed);
@@ -167,7 +176,6 @@ class Loop {
 
   fuse_session* se_;
   const int max_;
-  sem_t ended_;
   std::mutex mu_;
   std::condition_variable parked_cv_;
   std::vector<std::unique_ptr<Worker>> workers_;  // under mu_; kept until the loop ends
@@ -182,6 +190,11 @@ class Loop {
 };
 
 }  // namespace
+
+void stop_serving() {
+  g_stop.store(true);
+  if (g_wake_ready) sem_post(&g_wake);
+}
 
 int serve_workers(fuse_session* se, int max_workers) {
   Loop loop(se, max_workers);

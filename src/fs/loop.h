@@ -12,10 +12,14 @@ struct fuse_session;
 
 namespace fencefs::fs {
 
-// Serves `se` until the session ends (unmount). Returns 0, or the negative errno that ended it.
+// Serves `se` until the session ends (unmount, stop_serving()). Returns 0, or the negative errno
+// that ended it. With max_workers 1 requests are served one at a time (-s).
 int serve_workers(fuse_session* se, int max_workers);
 
-// The loop's workers right now, for the metrics (all 0 when the daemon runs single-threaded).
+// Ends the loop, now or as soon as it starts. Async-signal-safe.
+void stop_serving();
+
+// The loop's workers right now, for the metrics.
 struct WorkerCounts {
   int started = 0;  // threads alive in the loop
   int reading = 0;  // waiting in read(2) on /dev/fuse

@@ -28,7 +28,6 @@
 #include "common/log.h"
 #include "common/path.h"
 #include "common/proc.h"
-#include "common/umask.h"
 #include "daemon/binding_store.h"
 #include "daemon/claim.h"
 #include "daemon/lifecycle.h"
@@ -261,14 +260,6 @@ void record_start(fence::Fence& fence, journal::StateStore& store, uint64_t floo
   }
 }
 
-int serve(fuse_session* se, bool singlethread) {
-  if (singlethread) {
-    common::own_thread_umask();  // the threads started before keep the daemon's umask (0)
-    return fuse_session_loop(se);
-  }
-  return fs::serve_workers(se, 16);
-}
-
 // The command line into a and copts; an exit status when there is nothing to mount (help,
 // version, a usage error).
 std::optional<int> parse_command_line(fuse_args* args, daemon::Args* a, fuse_cmdline_opts* copts) {
@@ -347,10 +338,8 @@ fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const daemon::S
   fuse_session* se =
       fuse_session_new(args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
   if (!se) die("cannot create the FUSE session (bad option?)");
-  if (fuse_set_signal_handlers(se) != 0) die("cannot set signal handlers");
-  // SIGHUP would end the session (libfuse's handler), others would kill the daemon: a thread
-  // takes them instead (started once the daemon runs in its final process).
-  daemon::block_handled_signals();
+  // Not libfuse's handlers: they end the session only if the loop's thread takes the signal.
+  daemon::stop_on_signals(&fs::stop_serving);
   if (o.dead_mount) daemon::replace_dead_mount(o);
   if (fuse_session_mount(se, mnt.c_str()) != 0)
     die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
@@ -388,6 +377,7 @@ void raise_fd_limit() {
 // long: the daemon's wiring in order; each object it makes lives for the whole session.
 int main(int argc, char* argv[]) {
   daemon::keep_standard_fds_open();
+  daemon::block_handled_signals();  // taken by a thread started once the daemon runs detached
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   struct FreeArgs {
     fuse_args* a;
@@ -466,7 +456,10 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.start(se);
   daemon::notify_ready(fmt::format("serving {} at {}", backing, mnt));
 
-  int ret = serve(se, copts.singlethread != 0);
+  int ret = fs::serve_workers(se, copts.singlethread != 0 ? 1 : 16);
+  pid_t from = 0;
+  if (int sig = daemon::stop_signal(&from))
+    log::info("SIG{} from pid {}: unmounting", sigabbrev_np(sig), from);
   // Ended by the kernel, the mount left in place and dead (an abort, `umount -f` of a busy mount,
   // a request timeout): libfuse leaves it; detached before the claim goes, exit 1 (for restarts).
   using End = fs::kernel_io::End;
@@ -480,7 +473,6 @@ int main(int argc, char* argv[]) {
   filesystem.pagecache.stop();
   daemon::notify_stopping();
   fuse_session_unmount(se);
-  fuse_remove_signal_handlers(se);
   fuse_session_destroy(se);
   // Before leave(): restamps are mutations, made while this member still holds the domains'
   // epochs with the others (an advance elsewhere waits for it, or fences it first).
@@ -493,8 +485,7 @@ int main(int argc, char* argv[]) {
               daemon::left_dead_mount(mnt, backing, mount_id, no_id, end == End::Aborted);
   claim->release_at_exit();
   log::info("unmounted {}", mnt);
-  // libfuse reports the signal that ended the loop; a requested stop is a clean exit.
-  bool clean = !dead && (ret == 0 || ret == SIGTERM || ret == SIGINT);
+  bool clean = !dead && ret == 0;
   if (!clean && !dead) log::error("session ended with error {}", ret);
   return clean ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 // Operating the daemon: one daemon per backing and state, options checked before any side
 // effect, signals, logging, readiness, and fencectl on a mount whose daemon died.
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -8,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -784,6 +786,45 @@ TEST(Signals, TermAndIntUnmountCleanly) {
     EXPECT_FALSE(m.mounted());
     EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
     EXPECT_EQ(slurp(m.bpath(".fencefs/owner")), "");
+    std::string said = fmt::format("SIG{} from pid {}: unmounting", sigabbrev_np(sig), getpid());
+    EXPECT_NE(m.daemon_log().find(said), std::string::npos) << m.daemon_log();
+  }
+}
+
+// The daemon's threads that do not block SIGTERM other than the main one (its journal, its
+// high-water writer, its signal thread...).
+static std::vector<pid_t> threads_taking_sigterm(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::string dir = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return tids;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) == pid) continue;
+    std::string status = slurp(dir + "/" + e->d_name + "/status");
+    size_t at = status.find("SigBlk:\t");
+    if (at == std::string::npos) continue;
+    uint64_t blocked = std::stoull(status.substr(at + 8, 16), nullptr, 16);
+    if ((blocked & (uint64_t{1} << (SIGTERM - 1))) == 0) tids.push_back(atoi(e->d_name));
+  }
+  closedir(d);
+  return tids;
+}
+
+// A process's signal goes to any thread that does not block it: the session ends whichever takes
+// it, while the loop waits for a request that nothing sends.
+TEST(Signals, AStopTakenByAnyThreadEndsTheSession) {
+  for (const char* threads : {"", "-s"}) {
+    Mount m(threads[0] ? std::vector<std::string>{threads} : std::vector<std::string>{});
+    ASSERT_EQ(0, ::access(m.path(".fencefs/status").c_str(), R_OK)) << "serving";
+    std::vector<pid_t> others = threads_taking_sigterm(m.daemon_pid());
+    ASSERT_FALSE(others.empty());
+    ASSERT_EQ(0, syscall(SYS_tgkill, m.daemon_pid(), others.front(), SIGTERM));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (m.mounted() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_FALSE(m.mounted()) << threads << " thread " << others.front() << " took SIGTERM\n"
+                              << m.daemon_log();
+    EXPECT_EQ(m.unmount(), 0) << m.daemon_log();
   }
 }
 
