@@ -306,7 +306,8 @@ TEST_F(ClusterTest, PausedHolderAcrossMounts) {
 }
 
 // Member 1's daemon is frozen while its job writes; an advance through mount 2 runs the hook,
-// which kills member 1 and detaches its mount, and then completes.
+// which kills member 1, and then completes. Member 1's mount stays, dead: a job there gets
+// ENOTCONN, never the mountpoint's own directory to write in unfenced.
 TEST_F(ClusterTest, PausedMemberIsFencedByTheHook) {
   Etcd& etcd = this->etcd(3);
   Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=1");
@@ -320,8 +321,9 @@ TEST_F(ClusterTest, PausedMemberIsFencedByTheHook) {
 
   EXPECT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
   EXPECT_EQ(n1.reap(5s), 128 + SIGKILL);  // the hook killed it
-  EXPECT_FALSE(is_mounted(n1.mnt()));     // and detached its mount
   EXPECT_NE(wait_status(a), 0);           // A's write never completed
+  EXPECT_TRUE(is_mounted(n1.mnt()));
+  EXPECT_EQ(ENOTCONN, in_child([&] { return append(n1.path("late"), "A\n"); }));
   EXPECT_NE(n2.log().find("fence_local_kill: member m1"), std::string::npos) << n2.log();
 
   pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("log"), "B\n"); });
@@ -671,11 +673,17 @@ TEST_F(ClusterTest, AnAdvanceWhoseEpochGoesBackInEtcdFails) {
 
 // A hook that fails (or cannot prove the member is cut off) fails the advance the same way.
 // It starts with the daemon's umask, not the one a caller's creation left on the worker that
-// runs it (common/umask.h).
+// runs it (common/umask.h), with no signal blocked, and SIGPIPE not ignored as in the daemon.
 TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
   Etcd& etcd = this->etcd(1);
   std::string hook = root_ + "/hook";
-  spit(hook, "#!/bin/sh\necho \"cannot reach $2 for $1 (umask $(umask))\" >&2\nexit 3\n");
+  spit(hook,
+       "#!/bin/sh\n"
+       "blk=$(awk '/^SigBlk/{print $2}' /proc/self/status)\n"
+       "ign=$(awk '/^SigIgn/{print $2}' /proc/self/status)\n"
+       "pipe=$(( (0x$ign >> 12) & 1 ))\n"  // SIGPIPE is 13
+       "echo \"cannot reach $2 for $1 (umask $(umask), blocked $blk, SIGPIPE ignored $pipe)\" >&2\n"
+       "exit 3\n");
   chmod(hook.c_str(), 0755);
   Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
   Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
@@ -691,7 +699,9 @@ TEST_F(ClusterTest, FailingHookFailsTheAdvance) {
   EXPECT_EQ(n2.ctl("advance / 6"), EIO);
   std::string log = n2.log();
   EXPECT_NE(log.find("failed (exit 3: cannot reach"), std::string::npos) << log;
-  EXPECT_NE(log.find("(umask 0000)"), std::string::npos) << log;
+  EXPECT_NE(log.find("(umask 0000, blocked 0000000000000000, SIGPIPE ignored 0)"),
+            std::string::npos)
+      << log;
   EXPECT_NE(log.find("nothing is admitted under 6"), std::string::npos) << log;
   pid_t b = spawn_job(n2, 6, [&] { return append(n2.path("f"), "B\n"); });
   EXPECT_EQ(wait_status(b), EIO);

@@ -28,6 +28,7 @@ check "Stale file handle"
 check "^B: fresh$"
 check "fence_local_kill|domain / advanced to epoch 7"
 check "host2 +live .*/=7"
+check "host1.*Transport endpoint is not connected"
 if grep -qE "^host1 " <<<"$(tail -n 3 <<<"$out")"; then
   fail=$((fail + 1)); echo "host1 is still a member after the fence"
 else pass=$((pass + 1)); fi
