@@ -118,6 +118,8 @@ int in_child(const std::function<int()>& fn);
 #define E(call) ((call) < 0 ? errno : 0)
 
 std::string slurp(const std::string& path);
+// Waits (up to 20 s) until FILE contains TEXT.
+bool wait_for_text(const std::string& file, const std::string& text);
 // Where to start printing a daemon's LOG: a sanitizer's report, which is only useful whole, from
 // its first line; else the last `tail` bytes.
 size_t report_start(const std::string& log, size_t tail);

@@ -123,16 +123,6 @@ std::string listing(const std::string& dir) {
   return sh_out("cd '" + dir + "' 2>/dev/null && find . -printf '%p %y %s %T@\\n' | sort");
 }
 
-// Waits (up to 20 s) until FILE contains TEXT.
-bool wait_for_text(const std::string& file, const std::string& text) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (slurp(file).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 // Waits (up to 20 s) until the fixture's daemon PID has exited: a zombie, as the fixture reaps it
 // at unmount.
 void wait_exited(pid_t pid) {

@@ -246,9 +246,10 @@ TEST_F(Ring, ByDefaultOneCpusCallersAreServedAsManyAtOnceAsThroughDevFuse) {
   Stuck stuck{b.pid(), {}};
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   ASSERT_FALSE(slurp(m.mnt() + "/.fencefs/metrics").empty());
-  // The daemon's own count, from its log (a machine of up to 4 CPUs has 16).
-  ASSERT_NE(m.daemon_log().find("(" + std::to_string(per_cpu) + " per online CPU)"),
-            std::string::npos)
+  // The daemon's own count, from its log (a machine of up to 4 CPUs has 16), written once the
+  // rings serve, perhaps after the read above.
+  ASSERT_TRUE(
+      wait_for_text(m.root() + "/daemon.log", "(" + std::to_string(per_cpu) + " per online CPU)"))
       << m.daemon_log();
   if (cpus("/sys/devices/system/cpu/online").size() <= 4) {
     ASSERT_EQ(16, per_cpu);
