@@ -58,21 +58,28 @@ void stop_on_signals(void (*stop)()) {
   g_stop.store(stop);
   struct sigaction sa = {};
   sa.sa_sigaction = on_stop_signal;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;  // the other threads' system calls go on
+  // SA_RESETHAND: a second one ends the daemon at once (a stop stuck in its cleanup). Without
+  // SA_RESTART the other threads' system calls would fail with EINTR.
+  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction old;
+    // One ignored by whoever started the daemon (SIGINT of a background job) stays ignored.
+    if (sigaction(sig, nullptr, &old) == 0 && old.sa_handler != SIG_IGN)
+      sigaction(sig, &sa, nullptr);
+  }
   signal(SIGPIPE, SIG_IGN);
 }
 
 int stop_signal(pid_t* from) {
+  int sig = g_stop_signal.load();  // first: the sender is stored after it, before the stop
   *from = g_stop_from.load();
-  return g_stop_signal.load();
+  return sig;
 }
 
 void block_handled_signals() {
   sigset_t set = handled_set();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  pthread_sigmask(SIG_SETMASK, &set, nullptr);  // exactly: a stop blocked by the parent reaches us
 }
 
 void start_signal_thread() {

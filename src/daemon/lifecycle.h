@@ -11,13 +11,15 @@ namespace fencefs::daemon {
 // lock would be dropped with it). Also takes SIGCHLD back to its default.
 void keep_standard_fds_open();
 
-// Signals. SIGTERM and SIGINT end the session: a handler records them and calls `stop`,
-// whichever thread they reach (stop_on_signals). The others are taken by a thread instead, so
-// none of them can end the daemon: SIGHUP reopens the log file, SIGUSR1, SIGUSR2, SIGALRM,
-// SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and ignored.
-// block_handled_signals() runs first thing, before any other thread starts: they inherit it.
+// Signals. SIGTERM and SIGINT end the session: a handler records the first and calls `stop`,
+// whichever thread it reaches (stop_on_signals); a second one has the default action. The others
+// are taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log file,
+// SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and
+// ignored. Both run first thing, before any other thread starts: threads inherit the mask, set
+// to exactly those (a SIGTERM blocked and pending from the parent is taken then, by the handler).
 void block_handled_signals();
-// From now on SIGTERM and SIGINT call `stop` (async-signal-safe) and SIGPIPE is ignored.
+// From now on SIGTERM and SIGINT (unless inherited ignored) call `stop`, async-signal-safe, and
+// SIGPIPE is ignored.
 void stop_on_signals(void (*stop)());
 // The stop signal received (0: none) and its sender.
 int stop_signal(pid_t* from);

@@ -338,8 +338,6 @@ fuse_session* mount_session(fuse_args* args, fs::Fs& filesystem, const daemon::S
   fuse_session* se =
       fuse_session_new(args, &fs::operations(), sizeof(fuse_lowlevel_ops), &filesystem);
   if (!se) die("cannot create the FUSE session (bad option?)");
-  // Not libfuse's handlers: they end the session only if the loop's thread takes the signal.
-  daemon::stop_on_signals(&fs::stop_serving);
   if (o.dead_mount) daemon::replace_dead_mount(o);
   if (fuse_session_mount(se, mnt.c_str()) != 0)
     die(fmt::format("cannot mount at {} (is /dev/fuse available, and are you root?)", mnt));
@@ -377,6 +375,10 @@ void raise_fd_limit() {
 // long: the daemon's wiring in order; each object it makes lives for the whole session.
 int main(int argc, char* argv[]) {
   daemon::keep_standard_fds_open();
+  // Not libfuse's handlers: they end the session only if the loop's thread takes the signal. A
+  // stop while starting (joining a cluster) lets the start finish, then the loop ends at once,
+  // and everything is undone in order.
+  daemon::stop_on_signals(&fs::stop_serving);
   daemon::block_handled_signals();  // taken by a thread started once the daemon runs detached
   fuse_args args = FUSE_ARGS_INIT(argc, argv);
   struct FreeArgs {

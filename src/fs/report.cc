@@ -220,7 +220,7 @@ std::string render_metrics(Fs& f) {
   }
   fs::WorkerCounts wc = fs::worker_counts();
   out += fmt::format(
-      "# HELP fencefs_fuse_workers Threads of the request loop by state (0 with -s).\n"
+      "# HELP fencefs_fuse_workers Threads of the request loop by state (one worker with -s).\n"
       "# TYPE fencefs_fuse_workers gauge\n"
       "fencefs_fuse_workers{{state=\"reading\"}} {}\n"
       "fencefs_fuse_workers{{state=\"busy\"}} {}\n"

@@ -43,14 +43,22 @@ struct Daemon {
 constexpr int kMounted = -1000;
 
 // Starts `fencefs -f ARGS...`; returns its exit status and output, or kMounted (after unmounting
-// it again) when it mounted at `mnt`.
+// it again) when it mounted at `mnt` (never looked for if empty). With stop_pending, a SIGTERM is
+// pending, blocked, as it starts: sent while it was being started.
 Daemon run_fencefs(const std::vector<std::string>& args, const std::string& mnt,
-                   const std::string& log) {
+                   const std::string& log, bool stop_pending = false) {
   pid_t pid = fork();
   if (pid == 0) {
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (stop_pending) {
+      sigset_t term;
+      sigemptyset(&term);
+      sigaddset(&term, SIGTERM);
+      sigprocmask(SIG_BLOCK, &term, nullptr);
+      kill(getpid(), SIGTERM);  // stays pending across exec
+    }
     std::vector<std::string> all = {kFencefs, "-f"};
     all.insert(all.end(), args.begin(), args.end());
     std::vector<char*> argv;
@@ -779,6 +787,20 @@ TEST(Signals, TermAndIntUnmountCleanly) {
     std::string said = fmt::format("SIG{} from pid {}: unmounting", sigabbrev_np(sig), getpid());
     EXPECT_NE(m.daemon_log().find(said), std::string::npos) << m.daemon_log();
   }
+}
+
+// A stop during the start (a slow cluster join, a service manager's stop right after its start)
+// lets the start finish, then ends the session at once and undoes everything in order: exit 0,
+// nothing left mounted. The daemon sets its own signal mask, whatever it inherited.
+TEST(Signals, AStopDuringTheStartEndsTheDaemonOnceItServes) {
+  Mount m;
+  std::string backing2 = make_dir(m, "backing2"), mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({backing2, mnt2}, "", m.root() + "/2.log", true);
+  EXPECT_EQ(0, r.status) << r.out;
+  EXPECT_NE(r.out.find("info: mounted "), std::string::npos) << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("SIGTERM from pid [0-9]+: unmounting"))) << r.out;
+  EXPECT_FALSE(is_mounted(mnt2));
+  EXPECT_EQ(slurp(backing2 + "/.fencefs/owner"), "");
 }
 
 // The daemon's threads that do not block SIGTERM other than the main one (its journal, its
