@@ -84,12 +84,12 @@ static int spawn_hook(const std::string& program, std::vector<char*>& argv,
   posix_spawnattr_setflags(&attr,
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   posix_spawnattr_setpgroup(&attr, 0);
-  sigset_t none, pipe;
+  sigset_t none, all;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
-  sigemptyset(&pipe);
-  sigaddset(&pipe, SIGPIPE);  // the daemon ignores it; an ignored signal would stay so in the hook
-  posix_spawnattr_setsigdefault(&attr, &pipe);
+  // An ignored signal stays so across exec: SIGPIPE (the daemon's), any the daemon inherited.
+  sigfillset(&all);
+  posix_spawnattr_setsigdefault(&attr, &all);
   common::own_files_umask();  // the hook starts with the daemon's umask, not a caller's left here
   int err = posix_spawn(pid, argv[0], &fa, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&fa);
