@@ -12,9 +12,9 @@ namespace fencefs::daemon {
 void keep_standard_fds_open();
 
 // Signals. SIGTERM and SIGINT end the session: a handler records the first and calls `stop`,
-// whichever thread it reaches (stop_on_signals); a second one has the default action. The others
-// are taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log file,
-// SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and
+// whichever thread it reaches (stop_on_signals); the same signal again has the default action. The
+// others are taken by a thread instead, so none of them can end the daemon: SIGHUP reopens the log
+// file, SIGUSR1, SIGUSR2, SIGALRM, SIGVTALRM, SIGPROF, SIGIO, SIGXCPU and SIGXFSZ are logged and
 // ignored. Both run first thing, before any other thread starts: threads inherit the mask, set
 // to exactly those (a SIGTERM blocked and pending from the parent is taken then, by the handler).
 void block_handled_signals();

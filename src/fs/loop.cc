@@ -31,7 +31,7 @@ std::atomic<int> g_started, g_reading, g_parked, g_busy;
 // which may run before the loop, after it, or in a signal handler on any thread: so it outlives
 // the loop, and the stop is a flag of its own, not libfuse's (a session may be gone by then).
 sem_t g_wake;
-const bool g_wake_ready = sem_init(&g_wake, 0, 0) == 0;
+[[maybe_unused]] const int g_wake_init = sem_init(&g_wake, 0, 0);  // private, 0: cannot fail
 std::atomic<bool> g_stop{false};
 
 class Loop {
@@ -57,7 +57,6 @@ class Loop {
         spawn_locked();
       }
     }
-    fuse_session_exit(se_);
     std::vector<pthread_t> all;
     {
       std::lock_guard lk(mu_);
@@ -193,7 +192,7 @@ class Loop {
 
 void stop_serving() {
   g_stop.store(true);
-  if (g_wake_ready) sem_post(&g_wake);
+  sem_post(&g_wake);
 }
 
 int serve_workers(fuse_session* se, int max_workers) {
