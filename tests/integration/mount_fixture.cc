@@ -70,23 +70,30 @@ void untrack_mount(const std::string& mnt) {
   live_mounts().erase(mnt);
 }
 
+std::vector<pid_t> threads_of(pid_t pid) {
+  std::vector<pid_t> tids;
+  DIR* d = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (!d) return tids;
+  while (dirent* e = readdir(d))
+    if (e->d_name[0] != '.') tids.push_back(atoi(e->d_name));
+  closedir(d);
+  return tids;
+}
+
 // Whether every thread of pid is in one of the states (a letter of /proc's stat), or any is.
 static bool threads_in(pid_t pid, const char* states, bool every) {
-  std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = opendir(dir.c_str());
-  if (!d) return false;
-  bool all = true, any = false;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.') continue;
-    std::string st = slurp(dir + "/" + e->d_name + "/stat");
+  bool all = true, any = false, seen = false;
+  for (pid_t tid : threads_of(pid)) {
+    std::string st =
+        slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
     size_t paren = st.rfind(')');
     if (paren == std::string::npos || paren + 2 >= st.size()) continue;  // gone
     bool in = strchr(states, st[paren + 2]) != nullptr;
     all = all && in;
     any = any || in;
+    seen = true;
   }
-  closedir(d);
-  return every ? all : any;
+  return every ? seen && all : any;
 }
 
 static bool all_stopped(pid_t pid) { return threads_in(pid, "TtZX", true); }

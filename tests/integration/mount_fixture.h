@@ -23,6 +23,8 @@ std::string sh_out(const std::string& cmd, int* status = nullptr);
 // SIGSTOPs pid and waits (up to 5 s) until every one of its threads is stopped: kill(2) returns
 // before they are, and a thread still running may serve one more request. True once stopped.
 bool freeze(pid_t pid);
+// The ids of pid's threads (none once it is gone).
+std::vector<pid_t> threads_of(pid_t pid);
 
 // Resumes pid if a SIGSTOP holds it, else sends nothing: a SIGCONT discards a pending SIGSTOP,
 // such as the one the exit-time leak check of a sanitized daemon sends its threads as it attaches

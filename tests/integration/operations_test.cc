@@ -1,6 +1,5 @@
 // Operating the daemon: one daemon per backing and state, options checked before any side
 // effect, signals, logging, readiness, and fencectl on a mount whose daemon died.
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
@@ -809,18 +808,14 @@ TEST(Signals, AStopDuringTheStartEndsTheDaemonOnceItServes) {
 // high-water writer, its signal thread...).
 static std::vector<pid_t> threads_taking_sigterm(pid_t pid) {
   std::vector<pid_t> tids;
-  std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  DIR* d = opendir(dir.c_str());
-  if (!d) return tids;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] == '.' || atoi(e->d_name) == pid) continue;
-    std::string status = slurp(dir + "/" + e->d_name + "/status");
+  for (pid_t tid : threads_of(pid)) {
+    if (tid == pid) continue;
+    std::string status = slurp(fmt::format("/proc/{}/task/{}/status", pid, tid));
     size_t at = status.find("SigBlk:\t");
     if (at == std::string::npos) continue;
     uint64_t blocked = std::stoull(status.substr(at + 8, 16), nullptr, 16);
-    if ((blocked & (uint64_t{1} << (SIGTERM - 1))) == 0) tids.push_back(atoi(e->d_name));
+    if ((blocked & (uint64_t{1} << (SIGTERM - 1))) == 0) tids.push_back(tid);
   }
-  closedir(d);
   return tids;
 }
 
