@@ -837,6 +837,77 @@ TEST(Signals, AStopTakenByAnyThreadEndsTheSession) {
   }
 }
 
+// The same signal again ends the daemon at once, its mount left dead: for a stop stuck in its
+// cleanup. Here the stop waits for an advance blocked in the journal's write on a stopped bait.
+TEST(Signals, TheSameSignalAgainEndsAStopStuckInItsCleanup) {
+  Bait b("again");
+  ASSERT_TRUE(b.mounted()) << "bindfs did not mount";
+  Mount m({"-o", "state=" + b.mnt() + "/s"});
+  Stuck stuck{b.pid(), {}};
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  // Serving: the start's own writes to the state are done (a start stuck there takes the signal
+  // on the thread that waits for the disk, and only SIGKILL ends it).
+  ASSERT_EQ(0, ::access(m.path(".fencefs/status").c_str(), R_OK)) << m.daemon_log();
+  ASSERT_TRUE(freeze(b.pid()));
+  pid_t left = -1;
+  EXPECT_EQ(-1, finishes_within(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() +
+                                    "' / 1 >/dev/null 2>&1",
+                                200, &left))
+      << "the advance did not block";
+  if (left > 0) stuck.pids.push_back(left);
+  const pid_t pid = m.daemon_pid();
+  auto waits_on_bait = [pid] {  // a thread of the daemon waits for bindfs' reply
+    for (pid_t tid : threads_of(pid))
+      if (slurp(fmt::format("/proc/{}/task/{}/wchan", pid, tid)) == "request_wait_answer")
+        return true;
+    return false;
+  };
+  for (int t = 0; t < 1000 && !waits_on_bait(); t++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(waits_on_bait()) << "the advance's journal write is not waiting on the bait";
+  auto alive = [pid] {  // not yet a zombie: Mount reaps it
+    std::string st = slurp(fmt::format("/proc/{}/stat", pid));
+    size_t paren = st.rfind(')');
+    return paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] != 'Z';
+  };
+  auto catches_term = [pid] {  // the handler is in place (SigCgt)
+    std::string st = slurp(fmt::format("/proc/{}/status", pid));
+    size_t at = st.find("SigCgt:\t");
+    return at != std::string::npos &&
+           (std::stoull(st.substr(at + 8, 16), nullptr, 16) >> (SIGTERM - 1) & 1) != 0;
+  };
+  ASSERT_TRUE(catches_term());
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  // Taken: the handler gave way to the default action. The stop waits for the advance.
+  for (int t = 0; t < 500 && catches_term(); t++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(catches_term()) << m.daemon_log();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ASSERT_TRUE(alive()) << "the stop was not stuck\n" << m.daemon_log();
+  EXPECT_EQ(m.daemon_log().find("unmounted"), std::string::npos) << m.daemon_log();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (alive() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(alive()) << m.daemon_log();
+  if (alive()) kill(pid, SIGKILL);
+  // Left dead: an open (a stat may be answered from the kernel's cache) fails with ENOTCONN once
+  // the kernel has ended the connection. One sent before (the rings' teardown takes a moment)
+  // fails with ECONNABORTED or ECANCELED.
+  int fd = -1, err = 0;
+  for (int t = 0; t < 500; t++) {
+    fd = ::open(m.mnt().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    err = errno;
+    if (fd >= 0 || (err != ECONNABORTED && err != ECANCELED)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (fd >= 0) ::close(fd);
+  EXPECT_EQ(-1, fd);
+  EXPECT_EQ(ENOTCONN, err) << strerror(err);
+  thaw(b.pid());
+  EXPECT_EQ(128 + SIGTERM, m.unmount());
+}
+
 // A stop with files still open: the kernel sends no RELEASE to a daemon that has left, so the
 // daemon closes those handles itself, restamping what they wrote as RELEASE would. Else verify
 // reports the admitted writes as changes made outside fencefs.
