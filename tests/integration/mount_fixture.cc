@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -80,15 +81,26 @@ std::vector<pid_t> threads_of(pid_t pid) {
   return tids;
 }
 
+char thread_state(pid_t pid, pid_t tid) {
+  std::string st = slurp(fmt::format("/proc/{}/task/{}/stat", pid, tid));
+  size_t paren = st.rfind(')');  // the name may hold one
+  return paren == std::string::npos || paren + 2 >= st.size() ? 0 : st[paren + 2];
+}
+
+std::optional<uint64_t> signal_mask(pid_t pid, pid_t tid, const char* field) {
+  std::string st = slurp(fmt::format("/proc/{}/task/{}/status", pid, tid));
+  size_t at = st.find(std::string(field) + ":\t");
+  if (at == std::string::npos) return std::nullopt;
+  return std::stoull(st.substr(at + strlen(field) + 2, 16), nullptr, 16);
+}
+
 // Whether every thread of pid is in one of the states (a letter of /proc's stat), or any is.
 static bool threads_in(pid_t pid, const char* states, bool every) {
   bool all = true, any = false, seen = false;
   for (pid_t tid : threads_of(pid)) {
-    std::string st =
-        slurp("/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid) + "/stat");
-    size_t paren = st.rfind(')');
-    if (paren == std::string::npos || paren + 2 >= st.size()) continue;  // gone
-    bool in = strchr(states, st[paren + 2]) != nullptr;
+    char state = thread_state(pid, tid);
+    if (state == 0) continue;  // gone
+    bool in = strchr(states, state) != nullptr;
     all = all && in;
     any = any || in;
     seen = true;

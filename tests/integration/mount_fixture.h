@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <sys/types.h>
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +27,11 @@ std::string sh_out(const std::string& cmd, int* status = nullptr);
 bool freeze(pid_t pid);
 // The ids of pid's threads (none once it is gone).
 std::vector<pid_t> threads_of(pid_t pid);
+// A thread's state, the letter of /proc's stat (0 once it is gone); tid == pid: the leader's,
+// 'Z' once the process has exited and is not yet reaped.
+char thread_state(pid_t pid, pid_t tid);
+// A signal mask of a thread's /proc status: field "SigBlk", "SigCgt"... (none once it is gone).
+std::optional<uint64_t> signal_mask(pid_t pid, pid_t tid, const char* field);
 
 // Resumes pid if a SIGSTOP holds it, else sends nothing: a SIGCONT discards a pending SIGSTOP,
 // such as the one the exit-time leak check of a sanitized daemon sends its threads as it attaches

@@ -809,12 +809,8 @@ TEST(Signals, AStopDuringTheStartEndsTheDaemonOnceItServes) {
 static std::vector<pid_t> threads_taking_sigterm(pid_t pid) {
   std::vector<pid_t> tids;
   for (pid_t tid : threads_of(pid)) {
-    if (tid == pid) continue;
-    std::string status = slurp(fmt::format("/proc/{}/task/{}/status", pid, tid));
-    size_t at = status.find("SigBlk:\t");
-    if (at == std::string::npos) continue;
-    uint64_t blocked = std::stoull(status.substr(at + 8, 16), nullptr, 16);
-    if ((blocked & (uint64_t{1} << (SIGTERM - 1))) == 0) tids.push_back(tid);
+    std::optional<uint64_t> blocked = signal_mask(pid, tid, "SigBlk");
+    if (tid != pid && blocked && (*blocked >> (SIGTERM - 1) & 1) == 0) tids.push_back(tid);
   }
   return tids;
 }
@@ -865,16 +861,12 @@ TEST(Signals, TheSameSignalAgainEndsAStopStuckInItsCleanup) {
   for (int t = 0; t < 1000 && !waits_on_bait(); t++)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_TRUE(waits_on_bait()) << "the advance's journal write is not waiting on the bait";
-  auto alive = [pid] {  // not yet a zombie: Mount reaps it
-    std::string st = slurp(fmt::format("/proc/{}/stat", pid));
-    size_t paren = st.rfind(')');
-    return paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] != 'Z';
+  auto alive = [pid] {  // not yet a zombie (Mount reaps it)
+    char state = thread_state(pid, pid);
+    return state != 0 && state != 'Z';
   };
-  auto catches_term = [pid] {  // the handler is in place (SigCgt)
-    std::string st = slurp(fmt::format("/proc/{}/status", pid));
-    size_t at = st.find("SigCgt:\t");
-    return at != std::string::npos &&
-           (std::stoull(st.substr(at + 8, 16), nullptr, 16) >> (SIGTERM - 1) & 1) != 0;
+  auto catches_term = [pid] {  // the handler is in place
+    return (signal_mask(pid, pid, "SigCgt").value_or(0) >> (SIGTERM - 1) & 1) != 0;
   };
   ASSERT_TRUE(catches_term());
   ASSERT_EQ(kill(pid, SIGTERM), 0);
