@@ -685,9 +685,24 @@ std::unique_ptr<StateStore> StateStore::open(const std::string& dir, const Optio
                            std::to_string(L.journal.size() - L.journal_valid_end) +
                            " bytes discarded)");
   } else {
-    int rc = 0;
-    journal = fs.open_append(p.journal, false, &rc);
-    if (journal == nullptr) return fail(p.journal + ": cannot open: " + errstr(rc));
+    // What was read may never have reached the disk: appended by a daemon that died before its
+    // fdatasync, or whose fdatasync failed (the kernel then drops the dirty state, and a later
+    // fsync of the same file succeeds without writing it), or renamed in without the directory's
+    // sync. Replayed, it is trusted at once, so it is made durable first, in a new file.
+    int rc = replace_file(fs, p.journal_tmp, p.journal, p.dir,
+                          L.journal.substr(0, L.journal_valid_end), &journal);
+    if (rc == ENOSPC || rc == EDQUOT) {
+      // A full disk: the file in place, synced, covers all but a failed fsync's lost pages.
+      const int why = rc;
+      fs.remove(p.journal_tmp);
+      journal = fs.open_append(p.journal, false, &rc);
+      if (journal == nullptr) return fail(p.journal + ": cannot open: " + errstr(rc));
+      if ((rc = journal->sync()) != 0 || (rc = fs.sync_dir(p.dir)) != 0)
+        return fail(p.journal + ": cannot make the replayed journal durable: " + errstr(rc));
+      rep.messages.push_back(p.journal + ": synced in place, not rewritten (" + errstr(why) + ")");
+    } else if (rc != 0) {
+      return fail(p.journal + ": cannot make the replayed journal durable: " + errstr(rc));
+    }
   }
   rep.torn_tail_offset = jsize;
   rep.messages.push_back("recovered " + std::to_string(L.state.by_id.size()) + " domains from " +

@@ -61,8 +61,10 @@ TEST(Compaction, SizeStaysBoundedUnderEndlessAdvances) {
 
 // The advance that crosses the threshold runs: append, sync (the advance is now durable),
 // then the compaction: open snapshot.tmp, append, sync, rename, sync_dir, open journal.tmp,
-// append, sync, rename, sync_dir. Crash after each of them, lose power, recover.
-void crash_every_step(bool torn_writes, bool crash_again_in_recovery) {
+// append, sync, rename, sync_dir. Crash after each of them, lose power, recover. Without
+// power_loss only the process dies: the restart reads what the page cache kept, and a power loss
+// after it must not take back what it served.
+void crash_every_step(bool torn_writes, bool crash_again_in_recovery, bool power_loss = true) {
   int completed_at = -1;
   for (int k = 0; k < 40 && completed_at < 0; ++k) {
     SCOPED_TRACE("crash after " + std::to_string(k) + " operations");
@@ -92,8 +94,19 @@ void crash_every_step(bool torn_writes, bool crash_again_in_recovery) {
     }
     EXPECT_TRUE(rc == 0 || rc == EIO) << rc;
     s.reset();
-    fs.drop_unsynced();
     std::string err;
+    if (!power_loss) {
+      fs.clear_faults();
+      auto served = reopen(t.state(), fs, &err, threshold);
+      ASSERT_NE(served, nullptr) << err;
+      const uint64_t seen = state_of(*served).at(1).second;
+      served.reset();
+      fs.drop_unsynced();
+      auto r = reopen(t.state(), fs, &err, threshold);
+      ASSERT_NE(r, nullptr) << err;
+      EXPECT_EQ(state_of(*r).at(1).second, seen) << "a power loss took back what a restart served";
+    }
+    fs.drop_unsynced();
     if (crash_again_in_recovery) {
       for (int j = 0; j < 6; ++j) {
         fs.crash_after(j);
@@ -120,6 +133,7 @@ void crash_every_step(bool torn_writes, bool crash_again_in_recovery) {
 TEST(Compaction, CrashAtEveryStep) { crash_every_step(false, false); }
 TEST(Compaction, CrashAtEveryStepWithTornWrites) { crash_every_step(true, false); }
 TEST(Compaction, CrashAtEveryStepAndAgainDuringRecovery) { crash_every_step(true, true); }
+TEST(Compaction, ProcessCrashAtEveryStepThenPowerLoss) { crash_every_step(false, false, false); }
 
 TEST(Compaction, FailedCompactionPoisonsButTheDurableAdvanceSucceeds) {
   TempDir t;
