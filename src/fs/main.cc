@@ -95,8 +95,15 @@ void add_mount_options(fuse_args* args, const std::string& backing) {
   // libfuse's own options, checked on a session that is thrown away.
   // Last, so it wins over `dev,suid` from mount(8) or fstab `defaults`: a device node or set-id
   // file in the tree would be a way around the fence.
+  // libfuse splits options at commas: one in BACKING's path, unescaped, would end fsname= and
+  // start options of the path's choosing (`/srv/x,suid,dev`).
+  std::string fsname;
+  for (char c : backing) {
+    if (c == ',' || c == '\\') fsname += '\\';
+    fsname += c;
+  }
   std::string mopts =
-      "allow_other,default_permissions,nodev,nosuid,fsname=" + backing + ",subtype=fencefs";
+      "allow_other,default_permissions,fsname=" + fsname + ",subtype=fencefs,nodev,nosuid";
   // What BACKING's own mount forbids stays forbidden: a program it may not run is not run here.
   struct statvfs sv;
   if (statvfs(backing.c_str(), &sv) == 0 && (sv.f_flag & ST_NOEXEC)) mopts += ",noexec";

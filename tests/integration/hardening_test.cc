@@ -640,17 +640,22 @@ TEST(Hardening, AttributeChangesOfASymlinkNeverReachItsTarget) {
 }
 
 // mount(8) and fstab's `defaults` hand the daemon `dev,suid`: the mount is nodev,nosuid anyway,
-// so a device node in the tree cannot be used to write around the fence.
-TEST(Hardening, NodevNosuidWhateverTheMountOptionsSay) {
+// so a device node in the tree cannot be used to write around the fence. So does a BACKING whose
+// path holds options of its own.
+class NodevNosuid : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Hardening, NodevNosuid, ::testing::Values("b", "b,suid,dev"));
+
+TEST_P(NodevNosuid, WhateverTheMountOptionsSay) {
   char tmpl[] = "/tmp/fencefs-nodev-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   ::chmod(dir.c_str(), 0755);
-  std::string b = dir + "/b", mnt = dir + "/m";
-  ASSERT_EQ(0, sh("mkdir -p " + b + " " + mnt));
+  std::string b = dir + "/" + GetParam(), mnt = dir + "/m";
+  ASSERT_EQ(0, sh("mkdir -p '" + b + "' " + mnt));
   std::string bin_dir = std::filesystem::path(FENCEFS_BIN).parent_path();
-  ASSERT_EQ(0, sh("PATH='" + bin_dir + "':$PATH mount.fuse3 " + b + " " + mnt +
+  ASSERT_EQ(0, sh("PATH='" + bin_dir + "':$PATH mount.fuse3 '" + b + "' " + mnt +
                   " -t fuse.fencefs -o dev,suid,exec 2>/dev/null"));
   std::string line = sh_out("grep ' " + mnt + " ' /proc/mounts");
+  EXPECT_EQ(0u, line.find(b + " ")) << "the whole path is the mount's source: " << line;
   EXPECT_NE(std::string::npos, line.find("nodev")) << line;
   EXPECT_NE(std::string::npos, line.find("nosuid")) << line;
   struct statvfs sv;
