@@ -39,7 +39,7 @@ fencefs options (-o NAME=VALUE, comma-separated):
                        pairs, e.g. issuers=uid:0:gid:fencers (default: root and the
                        user who mounted)
     token_key=FILE     accept tokens signed with this HMAC-SHA256 key from anyone; the file
-                       must not be readable by group or others
+                       must be the daemon user's, unreadable by group or others
     floor=N            raise every domain to at least epoch N at start (recovery, audited)
     timeout=SECS       kernel entry/attribute/listing cache (default 5; sound: changes pass here);
                        with 0 every open also drops the file's cached pages
@@ -300,6 +300,10 @@ std::string read_key(const std::string& file) {
   if (st.st_mode & 077)
     die(fmt::format("token_key {} is accessible by group or others (mode {:o}); chmod 600 it", file,
                     st.st_mode & 0777));
+  // Its owner could sign any token, and chmod it back after reading.
+  if (st.st_uid != geteuid())
+    die(fmt::format("token_key {} is owned by uid {}, not by the daemon's (uid {}); chown it",
+                    file, st.st_uid, geteuid()));
   std::string key;
   char buf[4096];
   ssize_t n;

@@ -184,6 +184,19 @@ TEST(Authority, KeyReadableByOthersRefusesToMount) {
   EXPECT_NE(std::string::npos, out.find("chmod 600")) << out;
 }
 
+TEST(Authority, KeyOwnedBySomeoneElseRefusesToMount) {
+  Key k(0600);
+  ASSERT_EQ(0, ::chown(k.path.c_str(), kNobody, kNobody));
+  std::string key = k.path, dir = k.dir;
+  sh("mkdir -p " + dir + "/b " + dir + "/m");
+  int st;
+  std::string out = sh_out(
+      std::string(FENCEFS_BIN) + " -f -o token_key=" + key + " " + dir + "/b " + dir + "/m 2>&1",
+      &st);
+  EXPECT_EQ(1, st);
+  EXPECT_NE(std::string::npos, out.find("is owned by uid " + std::to_string(kNobody))) << out;
+}
+
 TEST(Authority, MaxJumpStopsEpochSquatting) {
   Mount m({"-o", "max_jump=10"});
   setup(m);
