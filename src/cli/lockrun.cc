@@ -66,6 +66,7 @@ Args parse(const Args& args, Opts* o, const char* what) {
     bad_usage(std::string(what) + ": bad --wait " + v);
   if (!(v = p.value("grace")).empty() && !parse_seconds(v, &o->grace))
     bad_usage(std::string(what) + ": bad --grace " + v);
+  if (!o->etcd.empty()) etcd_options(*o);  // its usage errors before anything is done
   return p.positional;
 }
 
@@ -76,6 +77,7 @@ etcd::Options etcd_options(const Opts& o) {
   e.cacert = o.cacert;
   e.cert = o.cert;
   e.key = o.key;
+  if (std::string why = etcd::check_options(e); !why.empty()) bad_usage(why);
   // A keepalive must be able to give up on one endpoint and try another within the TTL, and a
   // call must outlast a leader election (one to two seconds).
   auto half = std::chrono::milliseconds(static_cast<int64_t>(o.ttl * 1000 / 2));

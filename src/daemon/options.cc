@@ -278,6 +278,7 @@ cluster::Options cluster_options(const Args& a, const std::string& backing, cons
   if (a.etcd_cacert) o.etcd.cacert = a.etcd_cacert;
   if (a.etcd_cert) o.etcd.cert = a.etcd_cert;
   if (a.etcd_key) o.etcd.key = a.etcd_key;
+  if (std::string why = etcd::check_options(o.etcd); !why.empty()) die(why);
   if (a.fence_hook) {
     char real[PATH_MAX];
     if (!realpath(a.fence_hook, real) || access(real, X_OK) != 0)
@@ -302,8 +303,8 @@ std::string read_key(const std::string& file) {
                     st.st_mode & 0777));
   // Its owner could sign any token, and chmod it back after reading.
   if (st.st_uid != geteuid())
-    die(fmt::format("token_key {} is owned by uid {}, not by the daemon's (uid {}); chown it",
-                    file, st.st_uid, geteuid()));
+    die(fmt::format("token_key {} is owned by uid {}, not by the daemon's (uid {}); chown it", file,
+                    st.st_uid, geteuid()));
   std::string key;
   char buf[4096];
   ssize_t n;

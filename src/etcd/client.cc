@@ -1,9 +1,12 @@
 #include "etcd/client.h"
 
 #include <curl/curl.h>
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -75,6 +78,25 @@ std::vector<std::string> parse_endpoints(const std::string& list, bool tls) {
     start = comma + 1;
   }
   return out;
+}
+
+std::string check_options(const Options& o) {
+  if (!o.key.empty() && o.cert.empty())
+    return "an etcd client key needs its certificate too (etcdctl's --cert)";
+  for (const auto& [what, file] : {std::pair{"CA certificate", &o.cacert},
+                                   {"client certificate", &o.cert},
+                                   {"client key", &o.key}})
+    if (!file->empty() && access(file->c_str(), R_OK) != 0)
+      return fmt::format("etcd {} {}: {}", what, *file, std::strerror(errno));
+  const bool tls = !o.cacert.empty() || !o.cert.empty();
+  for (const auto& e : o.endpoints) {
+    if (tls && e.rfind("http://", 0) == 0)
+      return fmt::format("etcd endpoint {} is plain HTTP, but TLS files were given: use https://",
+                         e);
+    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0)
+      return fmt::format("etcd endpoint {}: only http:// and https:// are spoken", e);
+  }
+  return "";
 }
 
 struct Client::Impl {

@@ -25,6 +25,11 @@ struct Options {
 // Splits "a:1,b:2" into endpoints; "host:port" becomes http:// (https:// when TLS is asked).
 std::vector<std::string> parse_endpoints(const std::string& list, bool tls);
 
+// Why these options cannot be used as given ("" when they can): TLS files with a plain http://
+// endpoint (curl would silently send everything in clear), a key without its certificate, a file
+// that cannot be read, a scheme that is neither http nor https.
+std::string check_options(const Options& o);
+
 struct Status {
   enum Code {
     kOk,

@@ -481,6 +481,37 @@ TEST(EtcdCluster, LeaderKilledWhileHeldNeverTwoOwners) {
   e.start(leader);
 }
 
+// TLS files given with a plain http:// endpoint would be ignored by curl, everything sent in
+// clear: refused as a usage error, by fencectl and by the daemon, as is a key without its
+// certificate or a file that cannot be read. No etcd is needed: nothing is sent.
+TEST(EtcdRun, TlsFilesWithAPlainEndpointAreRefused) {
+  Scratch s;
+  spit(s.p("ca.pem"), "not read\n");
+  std::string run = kCtl + " run --mount " + s.dir + " --domain / --lock t ";
+  int st = -1;
+  std::string out =
+      sh_out(run + "--etcd http://127.0.0.1:1 --cacert " + s.p("ca.pem") + " -- true 2>&1", &st);
+  EXPECT_EQ(kUsage, st) << out;
+  EXPECT_NE(out.find("etcd endpoint http://127.0.0.1:1 is plain HTTP, but TLS files were given"),
+            std::string::npos)
+      << out;
+  out = sh_out(run + "--etcd 127.0.0.1:1 --key " + s.p("ca.pem") + " -- true 2>&1", &st);
+  EXPECT_EQ(kUsage, st) << out;
+  EXPECT_NE(out.find("needs its certificate too"), std::string::npos) << out;
+  out = sh_out(run + "--etcd 127.0.0.1:1 --cacert " + s.p("none.pem") + " -- true 2>&1", &st);
+  EXPECT_EQ(kUsage, st) << out;
+  EXPECT_NE(out.find("etcd CA certificate " + s.p("none.pem") + ": No such file"),
+            std::string::npos)
+      << out;
+  sh("mkdir " + s.p("b") + " " + s.p("m") + " " + s.p("state"));
+  out = sh_out(std::string(FENCEFS_BIN) + " -f -o cluster=c1,etcd=http://127.0.0.1:1,etcd_cacert=" +
+                   s.p("ca.pem") + ",state=" + s.p("state") + " " + s.p("b") + " " + s.p("m") +
+                   " 2>&1",
+               &st);
+  EXPECT_EQ(1, st) << out;
+  EXPECT_NE(out.find("is plain HTTP, but TLS files were given"), std::string::npos) << out;
+}
+
 // The hint about a missing client certificate comes only with a failure a server refusing one
 // causes (the handshake or the reply broke), not with one it cannot have caused.
 TEST(EtcdRun, NoCertificateHintOnlyWhereTheServerMayHaveRefused) {
