@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -260,8 +261,38 @@ namespace {
 #define PIDFD_THREAD 0x80  // O_EXCL; Linux 6.9+
 #endif
 
+#ifndef PID_FS_MAGIC
+#define PID_FS_MAGIC 0x50494446  // Linux 6.9+
+#endif
+
+// Whether pidfds are inodes of pidfs, one per process (Linux 6.9+); before, every pidfd is the
+// same anonymous inode.
+bool have_pidfs() {
+  int fd = static_cast<int>(syscall(SYS_pidfd_open, getpid(), 0));
+  struct statfs sf;
+  bool yes = fd >= 0 && fstatfs(fd, &sf) == 0 && sf.f_type == PID_FS_MAGIC;
+  if (fd >= 0) ::close(fd);
+  return yes;
+}
+
+// Without pidfs: the handle's pid (its fdinfo) and that process's start time, read while the
+// handle shows it alive, so that the pid is still its own. A pid is reused only after every other
+// one has been handed out, which no machine does within the start time's 10 ms tick.
+uint64_t pid_and_start(int handle) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fdinfo/%d", handle);
+  std::string info;
+  pid_t pid = 0;
+  if (!slurp(path, &info) || !parse_num(field_line(info, "Pid:"), &pid) || pid <= 0) return 0;
+  auto st = read_stat(pid);
+  pollfd p{handle, POLLIN, 0};
+  if (!st || ::poll(&p, 1, 0) != 0) return 0;  // exited: the pid may be another's by now
+  return (st->start_time << 22) | static_cast<uint64_t>(pid);  // pids are below 2^22
+}
+
 class SystemProcesses : public ProcessInfo {
  public:
+  explicit SystemProcesses(bool pidfs) : pidfs_(pidfs) {}
   std::optional<Stat> stat(pid_t pid) override { return read_stat(pid); }
   std::optional<Identity> identity(pid_t tid) override { return identities_.get(tid); }
   std::vector<gid_t> groups(pid_t pid) override { return groups_of(pid); }
@@ -273,8 +304,10 @@ class SystemProcesses : public ProcessInfo {
     return fd;
   }
   uint64_t id(int handle) override {
+    if (handle < 0) return 0;
+    if (!pidfs_) return pid_and_start(handle);
     struct stat st;
-    if (handle < 0 || fstat(handle, &st) != 0) return 0;
+    if (fstat(handle, &st) != 0) return 0;
     return static_cast<uint64_t>(st.st_ino);
   }
   bool any_exited(const int* handles, size_t n) override {
@@ -293,14 +326,19 @@ class SystemProcesses : public ProcessInfo {
   }
 
  private:
+  const bool pidfs_;
   IdentityCache identities_;
 };
 
 }  // namespace
 
 ProcessInfo& system() {
-  static SystemProcesses s;
+  static SystemProcesses s(have_pidfs());
   return s;
+}
+
+std::unique_ptr<ProcessInfo> system_without_pidfs() {
+  return std::make_unique<SystemProcesses>(false);
 }
 
 }  // namespace fencefs::proc

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,8 +46,11 @@ class ProcessInfo {
   virtual void close(int handle) = 0;
 };
 
-// The real one: /proc and pidfds.
+// The real one: /proc and pidfds. A process's identity is its pidfs inode, or before Linux 6.9
+// (no pidfs) its pid and start time.
 ProcessInfo& system();
+// The real one as it is before Linux 6.9, for tests on later kernels.
+std::unique_ptr<ProcessInfo> system_without_pidfs();
 
 // /proc/PID/stat. nullopt when the process is gone.
 std::optional<Stat> read_stat(pid_t pid);

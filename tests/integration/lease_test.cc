@@ -504,9 +504,9 @@ TEST(EtcdRun, TlsFilesWithAPlainEndpointAreRefused) {
             std::string::npos)
       << out;
   sh("mkdir " + s.p("b") + " " + s.p("m") + " " + s.p("state"));
-  out = sh_out(std::string(FENCEFS_BIN) + " -f -o cluster=c1,etcd=http://127.0.0.1:1,etcd_cacert=" +
-                   s.p("ca.pem") + ",state=" + s.p("state") + " " + s.p("b") + " " + s.p("m") +
-                   " 2>&1",
+  out = sh_out(std::string(FENCEFS_BIN) +
+                   " -f -o cluster=c1,etcd=http://127.0.0.1:1,etcd_cacert=" + s.p("ca.pem") +
+                   ",state=" + s.p("state") + " " + s.p("b") + " " + s.p("m") + " 2>&1",
                &st);
   EXPECT_EQ(1, st) << out;
   EXPECT_NE(out.find("is plain HTTP, but TLS files were given"), std::string::npos) << out;
