@@ -326,10 +326,12 @@ void caller_umask(fuse_req_t req, mode_t* mode);
 // rename, which the backing filesystem checks again) with the caller's fsuid, so that it allocates
 // as for the caller: an unprivileged job never reaches the blocks reserved for root, which the
 // journal's advances may need. keep_caps: the daemon's filesystem capabilities, which the switch
-// clears, stay effective (the kernel already checked the caller's permission on the mount).
+// clears, stay effective (the kernel already checked the caller's permission on the mount), but
+// CAP_FOWNER only with fowner: without it BACKING judges a sticky directory's rule against the
+// caller's fsuid itself, in the same syscall.
 class ChargedTo {
  public:
-  explicit ChargedTo(fuse_req_t req, bool keep_caps = false);
+  explicit ChargedTo(fuse_req_t req, bool keep_caps = false, bool fowner = true);
   ~ChargedTo();
   ChargedTo(const ChargedTo&) = delete;
   ChargedTo& operator=(const ChargedTo&) = delete;

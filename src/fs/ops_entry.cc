@@ -236,6 +236,9 @@ static bool holds_domain_root(Fs& f, Inode& parent, const char* name) {
 // inode checked. So in a sticky directory the entry there now is judged again, as natively: its
 // owner, the directory's owner, or a caller whose CAP_FOWNER counts over it (from /proc, never an
 // io_uring worker's) may remove or move it.
+// An entry may also appear between that check and the syscall: so the syscall itself runs with the
+// caller's fsuid and without the daemon's CAP_FOWNER unless the caller holds one (sticky_fowner),
+// and BACKING judges the rule on what it removes or replaces.
 static int sticky_allows(fuse_req_t req, Inode& p, const char* name) {
   const fuse_ctx* c = fuse_req_ctx(req);
   struct stat dir, st;
@@ -244,6 +247,18 @@ static int sticky_allows(fuse_req_t req, Inode& p, const char* name) {
   if (st.st_uid == c->uid) return 0;
   auto cr = proc::credentials(c->pid);
   return cr && (cr->caps_over(st.st_uid, st.st_gid) & (uint64_t{1} << CAP_FOWNER)) ? 0 : EPERM;
+}
+
+// Whether the daemon's CAP_FOWNER may stay effective for a removal or replacement in these
+// directories: when none is sticky, or the caller holds CAP_FOWNER (in any namespace: over the
+// files it does not map, sticky_allows has refused already).
+static bool sticky_fowner(fuse_req_t req, Inode& p, Inode& np) {
+  struct stat st;
+  bool sticky = (fstat(p.fd, &st) == 0 && (st.st_mode & S_ISVTX)) ||
+                (&np != &p && fstat(np.fd, &st) == 0 && (st.st_mode & S_ISVTX));
+  if (!sticky) return true;
+  auto cr = proc::credentials(fuse_req_ctx(req)->pid);
+  return cr && ((cr->caps | cr->ns_caps) & (uint64_t{1} << CAP_FOWNER));
 }
 
 static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bool dir) {
@@ -255,7 +270,14 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bo
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
   if ((err = sticky_allows(req, p, name))) return (void)fuse_reply_err(req, err);
-  if (unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0) != 0) return (void)fuse_reply_err(req, errno);
+  int res;
+  if (sticky_fowner(req, p, p)) {
+    res = unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0);
+  } else {
+    ChargedTo charged(req, true, false);
+    res = unlinkat(p.fd, name, dir ? AT_REMOVEDIR : 0);
+  }
+  if (res != 0) return (void)fuse_reply_err(req, errno);
   fuse_reply_err(req, 0);
 }
 
@@ -310,7 +332,7 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
   if (err) return (void)fuse_reply_err(req, err);
   int res;
   {
-    ChargedTo charged(req, true);  // the new directory may grow
+    ChargedTo charged(req, true, sticky_fowner(req, p, np));  // the new directory may grow
     res = renameat2(p.fd, name, np.fd, newname, flags);
   }
   if (res != 0) return (void)fuse_reply_err(req, errno);

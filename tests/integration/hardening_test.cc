@@ -583,6 +583,55 @@ TEST(Hardening, AStickyEntryReplacedInBackingIsJudgedAgain) {
   }
 }
 
+// A rename's target the kernel found absent may be made in BACKING before the daemon renames:
+// BACKING judges the sticky rule on it in the rename itself (the caller's fsuid, no CAP_FOWNER of
+// the daemon's), so another user's file made there meanwhile is never replaced. Raced for 3 s: a
+// user making and removing its file natively, nobody renaming its own onto the name.
+TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
+  auto m = open_mount();
+  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
+  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
+  const std::string w = m.bpath("tmp/w");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  pid_t other = fork();
+  if (other == 0) {
+    if (setgid(12345) != 0 || setuid(12345) != 0) _exit(255);
+    int replaced = 0;
+    while (std::chrono::steady_clock::now() < until) {
+      int fd = ::open(w.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+      if (fd < 0) continue;
+      struct stat mine, now;
+      fstat(fd, &mine);
+      if (::stat(w.c_str(), &now) == 0 && now.st_ino != mine.st_ino)
+        replaced++;  // nobody's file is there now
+      else
+        ::unlink(w.c_str());
+      ::close(fd);
+    }
+    _exit(std::min(replaced, 250));
+  }
+  ASSERT_GT(other, 0);
+  int renames = 0;
+  int err = job_as(m, 1, kNobody, [&] {
+    const std::string x = m.path("tmp/x"), to = m.path("tmp/w");
+    while (std::chrono::steady_clock::now() < until) {
+      int fd = ::open(x.c_str(), O_WRONLY | O_CREAT, 0644);
+      if (fd < 0) return errno;
+      ::close(fd);
+      if (::rename(x.c_str(), to.c_str()) == 0) {
+        ::unlink(to.c_str());
+        renames++;
+      }
+    }
+    return std::min(renames, 1);
+  });
+  int st = 0;
+  ASSERT_EQ(other, waitpid(other, &st, 0));
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(1, err) << "nobody's renames onto the free name all failed";
+  EXPECT_EQ(0, WEXITSTATUS(st)) << "files of uid 12345 replaced by nobody's renames";
+}
+
 // In a sticky directory CAP_FOWNER lets a caller remove and rename entries of other owners; the
 // kernel checked it, and the daemon does not take it away.
 TEST(Hardening, CapFownerStillPassesTheStickyRule) {
