@@ -120,13 +120,12 @@ AsCaller::~AsCaller() {
 
 namespace fencefs::fs {
 
-ChargedTo::ChargedTo(fuse_req_t req, bool keep_caps, bool fowner) {
-  uid_t uid = fuse_req_ctx(req)->uid;
+ChargedTo::ChargedTo(uid_t uid, bool keep_caps, bool fowner) {
   if (uid == 0) return;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
   if (keep_caps && syscall(SYS_capget, &hdr, data) != 0) return;  // stays root: as before
-  if (!fowner) data[CAP_FOWNER / 32].effective &= ~(1u << (CAP_FOWNER % 32));
+  if (keep_caps && !fowner) data[CAP_FOWNER / 32].effective &= ~(1u << (CAP_FOWNER % 32));
   syscall(SYS_setfsuid, uid);
   switched_ = true;
   // Back to fsuid 0 (the destructor) makes them effective again in any case.

@@ -331,7 +331,10 @@ void caller_umask(fuse_req_t req, mode_t* mode);
 // caller's fsuid itself, in the same syscall.
 class ChargedTo {
  public:
-  explicit ChargedTo(fuse_req_t req, bool keep_caps = false, bool fowner = true);
+  explicit ChargedTo(fuse_req_t req, bool keep_caps = false, bool fowner = true)
+      : ChargedTo(fuse_req_ctx(req)->uid, keep_caps, fowner) {}
+  // A writeback's request is the kernel's (uid 0): charged to the opener of its handle instead.
+  explicit ChargedTo(uid_t uid, bool keep_caps = false, bool fowner = true);
   ~ChargedTo();
   ChargedTo(const ChargedTo&) = delete;
   ChargedTo& operator=(const ChargedTo&) = delete;

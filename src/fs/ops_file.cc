@@ -365,7 +365,7 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off
       kernel_io::attributes_changed(ino);
     ssize_t n;
     {
-      ChargedTo charged(req);
+      ChargedTo charged(fi->writepage ? h.charged_uid : fuse_req_ctx(req)->uid);
       n = pwrite(h.fd, data, size, off);
     }
     if (n >= 0) return (void)fuse_reply_write(req, static_cast<size_t>(n));

@@ -1174,6 +1174,18 @@ TEST(Hardening, FullDiskCannotStopAnAdvance) {
             }));
   ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
   EXPECT_GE(sv.f_bfree * sv.f_frsize, reserved / 2) << "nobody's xattrs used the root reserve";
+  // Nor through a shared mapping, whose pages the kernel writes back as uid 0.
+  EXPECT_NE(0, job_as(m, 1, kNobody, [&] {
+              int fd = open(m.path("mapped").c_str(), O_RDWR | O_CREAT, 0644);
+              const size_t len = 4 << 20;
+              if (fd < 0 || ftruncate(fd, len) != 0) return 100;
+              void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+              if (p == MAP_FAILED) return 101;
+              memset(p, 'm', len);
+              return msync(p, len, MS_SYNC) == 0 ? 0 : errno;
+            }));
+  ASSERT_EQ(0, statvfs(m.backing().c_str(), &sv));
+  EXPECT_GE(sv.f_bfree * sv.f_frsize, reserved / 2) << "nobody's mapped pages used the reserve";
   EXPECT_EQ(0, m.ctl("advance / 2"));
   // Root (which may use the reserve, as natively) fills the rest.
   EXPECT_EQ(ENOSPC, fill(0, 2, "by-root"));
