@@ -102,7 +102,9 @@ bool Cluster::decode(const std::string& s, Value* v) {
     t.remove_suffix(kPending.size());
   }
   auto r = std::from_chars(t.data(), t.data() + t.size(), v->epoch);
-  return r.ec == std::errc() && r.ptr == t.data() + t.size();
+  // Above any token: a record no member writes, which would otherwise fence every holder out for
+  // good (and overflow the next acquisition); malformed, so never followed.
+  return r.ec == std::errc() && r.ptr == t.data() + t.size() && v->epoch <= fence::kMaxToken;
 }
 
 void Cluster::audit(const char* op, const char* decision, const char* reason,

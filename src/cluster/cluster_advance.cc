@@ -225,6 +225,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
         *why = fmt::format("cluster {}: malformed epoch record {}='{}'", o_.name, key, kv->value);
         return EIO;
       }
+      if (acquire && std::max(cur.epoch, d.epoch.load()) >= fence::kMaxToken) return ERANGE;
       if (acquire) token = std::max(cur.epoch, d.epoch.load()) + 1;
       if (acquired && token <= std::max(cur.epoch, d.epoch.load())) return stale(cur.epoch);
       if (cur.epoch > token || (cur.epoch == token && !cur.pending)) {
@@ -236,6 +237,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
                         kv->mod_revision};
       s = c.txn({cmp}, {etcd::Op::Put(key, encode({token, true}))}, {}, &r);
     } else {
+      if (acquire && d.epoch.load() >= fence::kMaxToken) return ERANGE;
       if (acquire) token = d.epoch.load() + 1;
       if (acquired && token <= d.epoch.load()) return stale(0);
       etcd::Compare cmp{key, etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};

@@ -863,6 +863,15 @@ TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
          &st);
   EXPECT_NE(st, 0);
   EXPECT_EQ(n2.epoch(), 5u);
+
+  // A record above any token (written by hand) is malformed: not followed, so nobody is fenced
+  // out for good, and no acquisition is drawn from it.
+  etcd.etcdctl("put /fencefs/clusters/c1/epoch/ 18446744073709551615");
+  acquire(n1, &st);
+  EXPECT_NE(st, 0);
+  EXPECT_NE(n1.log().find("refused acquire /"), std::string::npos) << n1.log();
+  EXPECT_EQ(n1.epoch(), 5u);
+  EXPECT_EQ(n2.epoch(), 5u);
 }
 
 // A rename across two domains whose second domain needs a raise, while another member advances
