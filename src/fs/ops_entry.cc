@@ -269,6 +269,9 @@ static void remove_entry(fuse_req_t req, fuse_ino_t parent, const char* name, bo
   fence::Admission a;
   int err = admit_at(req, p, name, dir ? "rmdir" : "unlink", &a);
   if (err) return (void)fuse_reply_err(req, err);
+  // Again under the admission: a `domain add` (which holds the domain above exclusively) may have
+  // declared this directory one while this waited.
+  if (dir && holds_domain_root(f, p, name)) return (void)fuse_reply_err(req, EBUSY);
   if ((err = sticky_allows(req, p, name))) return (void)fuse_reply_err(req, err);
   int res;
   if (sticky_fowner(req, p, p)) {
@@ -327,6 +330,9 @@ void op_rename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t n
     a = fence::Admission();
     if (tries == 3) return (void)fuse_reply_err(req, ESTALE);
   }
+  // Or declared the entry itself (or one below it) a domain: its root is pinned from then on.
+  if (holds_domain_root(f, p, name) || holds_domain_root(f, np, newname))
+    return (void)fuse_reply_err(req, EBUSY);
   int err = sticky_allows(req, p, name);
   if (!err && (flags & RENAME_EXCHANGE)) err = sticky_allows(req, np, newname);
   if (err) return (void)fuse_reply_err(req, err);
