@@ -104,6 +104,37 @@ std::string who(int fd) {
 
 }  // namespace
 
+namespace {
+
+// Whether BACKING (canonical) holds, or is held in, a tree another fencefs daemon serves: its
+// files would then be fenced by two daemons, each with its own epochs. "" when not. Ancestors are
+// found by their locked markers, descendants through the mount table (this namespace's).
+std::string nested_backing(const std::string& backing) {
+  for (std::string p = backing; p != "/";) {
+    size_t slash = p.rfind('/');
+    if (slash == std::string::npos) break;
+    p = slash == 0 ? "/" : p.substr(0, slash);
+    if (std::string who = served_by(p); !who.empty())
+      return fmt::format(
+          "backing {} is inside {}, which a fencefs daemon serves ({}): its files would be fenced "
+          "twice, with two epochs per domain; serve {} alone (`domain add` gives {} epochs of "
+          "its own), or unmount that daemon first",
+          backing, p, who, p, backing.substr(p == "/" ? 0 : p.size()));
+  }
+  const std::string below = backing == "/" ? backing : backing + "/";
+  for (const std::string& src : fencefs_backings())
+    if (src.size() > below.size() && src.compare(0, below.size(), below) == 0)
+      if (std::string who = served_by(src); !who.empty())
+        return fmt::format(
+            "backing {} holds {}, which a fencefs daemon serves ({}): its files would be fenced "
+            "twice, with two epochs per domain; unmount that daemon first (then `domain add` "
+            "gives {} epochs of its own)",
+            backing, src, who, src.substr(backing == "/" ? 0 : backing.size()));
+  return "";
+}
+
+}  // namespace
+
 std::string served_by(const std::string& backing) {
   std::string ignored;
   int dfd = open_marker_dir(backing + "/.fencefs", &ignored);
@@ -350,6 +381,13 @@ std::unique_ptr<Claim> Claim::take(const Request& req, std::string* error) {
         "backing {} is locked by another fencefs daemon{}, though its owner file is free: "
         "BACKING/.fencefs was renamed or replaced while that daemon ran; unmount it first",
         req.backing, shared ? " outside cluster mode" : "");
+    c->abandon();
+    return nullptr;
+  }
+  // Checked once our own locks are held: of two daemons starting nested at once, the later to
+  // look sees the other's.
+  if (std::string why = nested_backing(req.backing); !why.empty()) {
+    *error = why;
     c->abandon();
     return nullptr;
   }

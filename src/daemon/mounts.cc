@@ -62,6 +62,21 @@ bool ours(libmnt_fs* fs, const std::string& dir, const std::string& backing) {
 
 }  // namespace
 
+std::vector<std::string> fencefs_backings() {
+  std::vector<std::string> out;
+  std::string ignored;
+  any_mount(
+      "/proc/self/mountinfo",
+      [&](libmnt_fs* fs) {
+        const char* type = mnt_fs_get_fstype(fs);
+        const char* source = mnt_fs_get_source(fs);
+        if (type && source && strcmp(type, "fuse.fencefs") == 0) out.emplace_back(source);
+        return false;
+      },
+      &ignored);
+  return out;
+}
+
 std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
                                   const std::string& table) {
   return any_mount(

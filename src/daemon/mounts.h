@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fencefs::daemon {
 
@@ -13,6 +14,9 @@ namespace fencefs::daemon {
 // cannot be read.
 std::optional<bool> is_mountpoint(const std::string& dir, std::string* error,
                                   const std::string& table = "/proc/self/mountinfo");
+// The backings (sources) of this mount namespace's fencefs mounts; empty when the table cannot be
+// read.
+std::vector<std::string> fencefs_backings();
 // This daemon's mount: its device, and its unique id where the kernel has one (Linux 6.8+,
 // STATX_MNT_ID_UNIQUE), which no later mount is given; a device number is reused at once.
 struct MountId {

@@ -181,6 +181,34 @@ TEST(OneDaemon, SecondDaemonOnTheSameBackingWithAnotherStateRefuses) {
   EXPECT_EQ(slurp(m.path("f")), "one");
 }
 
+// A backing inside a served one, or one holding it, would have its files fenced by two daemons
+// with two epochs per domain: refused, whichever starts second, and nothing is left behind.
+TEST(OneDaemon, ABackingInsideOrAroundAServedOneIsRefused) {
+  Mount m;
+  ASSERT_EQ(0, ::mkdir(m.bpath("inner").c_str(), 0755));
+  std::string mnt2 = make_dir(m, "mnt2");
+  Daemon r = run_fencefs({"-o", "state=" + m.root() + "/state2", m.bpath("inner"), mnt2}, mnt2,
+                         m.root() + "/2.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("backing " + m.bpath("inner") + " is inside " + m.backing() +
+                       ", which a fencefs daemon serves"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pid " + std::to_string(m.daemon_pid())), std::string::npos) << r.out;
+  EXPECT_FALSE(exists(m.bpath("inner/.fencefs"))) << "a refused mount left its marker";
+  const std::string mnt3 = temp_dir("outer");  // not inside the outer backing
+  r = run_fencefs({m.root(), mnt3}, mnt3, m.root() + "/3.log");
+  ::rmdir(mnt3.c_str());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("backing " + m.root() + " holds " + m.backing() +
+                       ", which a fencefs daemon serves"),
+            std::string::npos)
+      << r.out;
+  EXPECT_FALSE(exists(m.root() + "/.fencefs")) << "a refused mount left its marker";
+  EXPECT_EQ(write_as(m, 1, "f", "one"), 0);  // the first mount is untouched
+  EXPECT_EQ(slurp(m.path("f")), "one");
+}
+
 TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
   Mount first;
   std::string state = first.root() + "/shared-state";
