@@ -279,7 +279,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
 
   // 2. Every member acknowledges: nothing below `token` runs anywhere, its data is durable.
   auto deadline = Clock::now() + o_.ack_timeout;
-  std::map<std::string, std::string> missing;  // member -> its registration
+  std::map<std::string, etcd::KeyValue> missing;  // member -> its registration
   for (;;) {
     std::optional<etcd::KeyValue> kv;
     etcd::Status s = c.get(key, &kv);
@@ -304,7 +304,7 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     missing.clear();
     for (auto& m : members) {
       std::string id = m.key.substr(prefix_.size() + 8);
-      if (acked[id] < token) missing[id] = m.value;
+      if (acked[id] < token) missing[id] = m;
     }
     if (missing.empty()) break;
     auto left = std::chrono::duration_cast<Millis>(deadline - Clock::now());
@@ -314,7 +314,8 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
   }
 
   // 3. A member that did not acknowledge is not assumed dead: the operator's hook must cut it off.
-  for (auto& [id, info] : missing) {
+  for (auto& [id, reg] : missing) {
+    const std::string& info = reg.value;
     std::string who = fmt::format("member {} ({})", id, info);
     if (o_.fence_hook.empty()) {
       *why = fmt::format(
@@ -336,12 +337,26 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
       audit("cluster_fence", "refused", "io", d.path, 0, token, *why);
       return EIO;
     }
+    // Only the registration that was fenced: the member may have been restarted meanwhile (its
+    // service manager, while the hook ran) and registered again, and read T pending as it joined.
+    // Deleted, the next advance would not wait for it.
     etcd::TxnResult r;
+    etcd::Compare same{prefix_ + "members/" + id, etcd::Compare::Target::kMod,
+                       etcd::Compare::Result::kEqual, reg.mod_revision};
     etcd::Status s = c.txn(
-        {},
+        {same},
         {etcd::Op::Delete(prefix_ + "members/" + id), etcd::Op::Delete(prefix_ + "alive/" + id)},
         {}, &r);
     if (!s.ok()) return unreachable(s);
+    if (!r.succeeded) {
+      std::string msg = fmt::format(
+          "{} did not acknowledge epoch {} of {}; fence hook succeeded, and the member has "
+          "registered again since: kept",
+          who, token, d.path);
+      log::warn("cluster {}: {}", o_.name, msg);
+      audit("cluster_fence", "fenced", "", d.path, 0, token, msg);
+      continue;
+    }
     std::string msg = fmt::format(
         "{} did not acknowledge epoch {} of {}; fence hook succeeded, "
         "member removed from the cluster",

@@ -772,6 +772,29 @@ TEST_F(ClusterTest, FencedMemberRejoinsAtTheNewEpoch) {
   EXPECT_EQ(n1.epoch(), 7u);
 }
 
+// A fenced member's registration is removed only if it is the one that was fenced: one made
+// again while the hook ran (a restart by its service manager, here the hook's own put) stays,
+// and the next advance waits for that member.
+TEST_F(ClusterTest, AMemberRegisteredAgainWhileFencedIsKept) {
+  Etcd& etcd = this->etcd(1);
+  std::string hook = root_ + "/hook";
+  std::string ctl = "ETCDCTL_API=3 etcdctl --endpoints=" + etcd.endpoints() + " ";
+  std::string key = "/fencefs/clusters/c1/members/$1";
+  spit(hook, "#!/bin/sh\n" + ctl + "put " + key + " \"$(" + ctl + "get --print-value-only " + key +
+                 ")\" >/dev/null\necho \"$1 revoked at the storage\"\n");
+  chmod(hook.c_str(), 0755);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=0.5");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=0.5,fence_hook=" + hook);
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  ASSERT_TRUE(freeze(n1.pid()));
+  ASSERT_EQ(n2.ctl("advance / 6"), 0) << n2.log();
+  EXPECT_NE(n2.log().find("has registered again since: kept"), std::string::npos) << n2.log();
+  EXPECT_NE(n2.status().find("\"id\":\"m1\""), std::string::npos) << n2.status();
+  kill(n1.pid(), SIGCONT);
+  EXPECT_EQ(n2.ctl("advance / 7"), 0) << n2.log();  // acknowledged by m1 again
+  EXPECT_EQ(n1.epoch(), 7u);
+}
+
 // etcd is not on the data path of equal-token operations: with etcd frozen, a bound job's writes
 // go on (until the member's isolation bound, which is far away here).
 TEST_F(ClusterTest, EqualTokenWritesDoNotTouchEtcd) {
