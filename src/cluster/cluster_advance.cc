@@ -348,19 +348,10 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
         {etcd::Op::Delete(prefix_ + "members/" + id), etcd::Op::Delete(prefix_ + "alive/" + id)},
         {}, &r);
     if (!s.ok()) return unreachable(s);
-    if (!r.succeeded) {
-      std::string msg = fmt::format(
-          "{} did not acknowledge epoch {} of {}; fence hook succeeded, and the member has "
-          "registered again since: kept",
-          who, token, d.path);
-      log::warn("cluster {}: {}", o_.name, msg);
-      audit("cluster_fence", "fenced", "", d.path, 0, token, msg);
-      continue;
-    }
-    std::string msg = fmt::format(
-        "{} did not acknowledge epoch {} of {}; fence hook succeeded, "
-        "member removed from the cluster",
-        who, token, d.path);
+    std::string msg = fmt::format("{} did not acknowledge epoch {} of {}; fence hook succeeded, {}",
+                                  who, token, d.path,
+                                  r.succeeded ? "member removed from the cluster"
+                                              : "and the member has registered again since: kept");
     log::warn("cluster {}: {}", o_.name, msg);
     audit("cluster_fence", "fenced", "", d.path, 0, token, msg);
   }

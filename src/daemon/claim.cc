@@ -18,6 +18,7 @@
 #include "daemon/lock_file.h"
 #include "daemon/marker_file.h"
 #include "daemon/mounts.h"
+#include "daemon/nesting.h"
 #include "journal/state_files.h"
 
 namespace fencefs::daemon {
@@ -100,37 +101,6 @@ int open_marker_dir(const std::string& dir, std::string* error) {
 std::string who(int fd) {
   auto o = Owner::decode(slurp_fd(fd));
   return o ? o->describe() : "an unknown process";
-}
-
-}  // namespace
-
-namespace {
-
-// Whether BACKING (canonical) holds, or is held in, a tree another fencefs daemon serves: its
-// files would then be fenced by two daemons, each with its own epochs. "" when not. Ancestors are
-// found by their locked markers, descendants through the mount table (this namespace's).
-std::string nested_backing(const std::string& backing) {
-  for (std::string p = backing; p != "/";) {
-    size_t slash = p.rfind('/');
-    if (slash == std::string::npos) break;
-    p = slash == 0 ? "/" : p.substr(0, slash);
-    if (std::string who = served_by(p); !who.empty())
-      return fmt::format(
-          "backing {} is inside {}, which a fencefs daemon serves ({}): its files would be fenced "
-          "twice, with two epochs per domain; serve {} alone (`domain add` gives {} epochs of "
-          "its own), or unmount that daemon first",
-          backing, p, who, p, backing.substr(p == "/" ? 0 : p.size()));
-  }
-  const std::string below = backing == "/" ? backing : backing + "/";
-  for (const std::string& src : fencefs_backings())
-    if (src.size() > below.size() && src.compare(0, below.size(), below) == 0)
-      if (std::string who = served_by(src); !who.empty())
-        return fmt::format(
-            "backing {} holds {}, which a fencefs daemon serves ({}): its files would be fenced "
-            "twice, with two epochs per domain; unmount that daemon first (then `domain add` "
-            "gives {} epochs of its own)",
-            backing, src, who, src.substr(backing == "/" ? 0 : backing.size()));
-  return "";
 }
 
 }  // namespace
