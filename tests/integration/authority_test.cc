@@ -172,14 +172,18 @@ TEST(Authority, SignedTokensFromAFileStayOutOfTheProcessList) {
   EXPECT_EQ("6", epoch(m));
 }
 
+// A mount with key k: what it said (it should have refused) and its exit status in *st.
+std::string mount_with_key(const Key& k, int* st) {
+  sh("mkdir -p " + k.dir + "/b " + k.dir + "/m");
+  return sh_out(std::string(FENCEFS_BIN) + " -f -o token_key=" + k.path + " " + k.dir + "/b " +
+                    k.dir + "/m 2>&1",
+                st);
+}
+
 TEST(Authority, KeyReadableByOthersRefusesToMount) {
   Key k(0644);
-  std::string key = k.path, dir = k.dir;
-  sh("mkdir -p " + dir + "/b " + dir + "/m");
   int st;
-  std::string out = sh_out(
-      std::string(FENCEFS_BIN) + " -f -o token_key=" + key + " " + dir + "/b " + dir + "/m 2>&1",
-      &st);
+  std::string out = mount_with_key(k, &st);
   EXPECT_EQ(1, st);
   EXPECT_NE(std::string::npos, out.find("chmod 600")) << out;
 }
@@ -187,12 +191,8 @@ TEST(Authority, KeyReadableByOthersRefusesToMount) {
 TEST(Authority, KeyOwnedBySomeoneElseRefusesToMount) {
   Key k(0600);
   ASSERT_EQ(0, ::chown(k.path.c_str(), kNobody, kNobody));
-  std::string key = k.path, dir = k.dir;
-  sh("mkdir -p " + dir + "/b " + dir + "/m");
   int st;
-  std::string out = sh_out(
-      std::string(FENCEFS_BIN) + " -f -o token_key=" + key + " " + dir + "/b " + dir + "/m 2>&1",
-      &st);
+  std::string out = mount_with_key(k, &st);
   EXPECT_EQ(1, st);
   EXPECT_NE(std::string::npos, out.find("is owned by uid " + std::to_string(kNobody))) << out;
 }
