@@ -127,6 +127,9 @@ ChargedTo::ChargedTo(uid_t uid, bool keep_caps, bool fowner) {
   if (keep_caps && syscall(SYS_capget, &hdr, data) != 0) return;  // stays root: as before
   if (keep_caps && !fowner) data[CAP_FOWNER / 32].effective &= ~(1u << (CAP_FOWNER % 32));
   syscall(SYS_setfsuid, uid);
+  // Refused without CAP_SETUID: the call runs as root, with all of the daemon's capabilities, as
+  // before (a dropped CAP_FOWNER at fsuid 0 would refuse owners their own files).
+  if (static_cast<uid_t>(syscall(SYS_setfsuid, -1)) != uid) return;
   switched_ = true;
   // Back to fsuid 0 (the destructor) makes them effective again in any case.
   if (keep_caps && syscall(SYS_capset, &hdr, data) != 0) {

@@ -529,6 +529,19 @@ TEST(Hardening, WithoutCapSetuidOrSetgidNothingIsDoneAsRootForACaller) {
               }));
     // Root's own calls take no other identity: served as ever.
     EXPECT_EQ(0, job_as(m, 1, 0, [&] { return E(::mkdir(m.path("rootdir").c_str(), 0755)); }));
+    // In a sticky directory of nobody's, nobody removes and renames its own files: the call that
+    // cannot take nobody's fsuid keeps the daemon's CAP_FOWNER, as before.
+    ASSERT_EQ(0, ::mkdir(m.bpath("sticky").c_str(), 01777));
+    ASSERT_EQ(0, ::chmod(m.bpath("sticky").c_str(), 01777));
+    ASSERT_EQ(0, ::chown(m.bpath("sticky").c_str(), kNobody, kNogroup));
+    for (const char* f : {"sticky/a", "sticky/b"}) {
+      spit(m.bpath(f), "nobody's\n");
+      ASSERT_EQ(0, ::chown(m.bpath(f).c_str(), kNobody, kNogroup));
+    }
+    EXPECT_EQ(0, job_as(m, 1, kNobody, [&] { return E(::unlink(m.path("sticky/a").c_str())); }));
+    EXPECT_EQ(0, job_as(m, 1, kNobody, [&] {
+                return E(::rename(m.path("sticky/b").c_str(), m.path("sticky/c").c_str()));
+              }));
   }
 }
 
