@@ -106,6 +106,10 @@ int lock_backing_identity(const std::string& backing, bool shared, bool* busy,
     *busy = l == Lock::Busy;
     if (l == Lock::Error) log::warn("serving without the backing's lock: {}", error);
     if (l != Lock::Taken) fd = -1;
+    // Its path, for a daemon starting on a tree around it (daemon/nesting.h) before it mounts.
+    std::string text = backing + "\n";
+    if (fd >= 0 && pwrite(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(text.size()))
+      (void)!ftruncate(fd, static_cast<off_t>(text.size()));
   }
   if (dfd >= 0) close(dfd);
   if (fd >= 0) *name_out = name;

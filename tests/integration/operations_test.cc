@@ -209,6 +209,52 @@ TEST(OneDaemon, ABackingInsideOrAroundAServedOneIsRefused) {
   EXPECT_EQ(slurp(m.path("f")), "one");
 }
 
+// The same while the inner daemon is still starting: it holds its claim but is not yet in the mount
+// table (held before its mount by a preloaded fuse_session_mount). The outer one finds it by its
+// lock under /run/fencefs.
+TEST(OneDaemon, ABackingAroundOneWhoseDaemonIsStillStartingIsRefused) {
+  const std::string root = temp_dir("nest");
+  ::chmod(root.c_str(), 0755);
+  const std::string outer = root + "/outer", inner = outer + "/inner", go = root + "/go";
+  const std::string mnt_in = root + "/mi", mnt_out = root + "/mo", log = root + "/inner.log";
+  ASSERT_EQ(0, sh("mkdir -p '" + inner + "' '" + mnt_in + "' '" + mnt_out + "'"));
+  pid_t pid = fork();
+  if (pid == 0) {
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    setenv("LD_PRELOAD", STALL_MOUNT_LIB, 1);
+    setenv("FENCEFS_TEST_MOUNT_WHEN", go.c_str(), 1);
+    const char* asan = getenv("ASAN_OPTIONS");
+    setenv("ASAN_OPTIONS", (std::string(asan ? asan : "") + ":verify_asan_link_order=0").c_str(),
+           1);
+    execl(kFencefs.c_str(), "fencefs", "-f", inner.c_str(), mnt_in.c_str(), nullptr);
+    _exit(127);
+  }
+  struct Cleanup {
+    pid_t pid;
+    std::string root, go, mnt;
+    ~Cleanup() {
+      spit(go, "");
+      if (is_mounted(mnt)) sh("fusermount3 -u -z '" + mnt + "'");
+      kill(pid, SIGTERM);
+      waitpid(pid, nullptr, 0);
+      sh("rm -rf '" + root + "'");
+    }
+  } cleanup{pid, root, go, mnt_in};
+  ASSERT_TRUE(wait_for_text(log, "state: initialised a new state")) << slurp(log);
+  ASSERT_FALSE(is_mounted(mnt_in));
+  Daemon r = run_fencefs({outer, mnt_out}, mnt_out, root + "/outer.log");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("backing " + outer + " holds " + inner + ", which a fencefs daemon serves"),
+            std::string::npos)
+      << r.out;
+  spit(go, "");
+  for (int t = 0; t < 1000 && !is_mounted(mnt_in); t++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(is_mounted(mnt_in)) << slurp(log);
+}
+
 TEST(OneDaemon, SecondDaemonOnTheSameStateDirectoryRefuses) {
   Mount first;
   std::string state = first.root() + "/shared-state";
