@@ -277,7 +277,8 @@ bool have_pidfs() {
 
 // Without pidfs: the handle's pid (its fdinfo) and that process's start time, read while the
 // handle shows it alive, so that the pid is still its own. A pid is reused only after every other
-// one has been handed out, which no machine does within the start time's 10 ms tick.
+// free one has been handed out, which, short of root rewinding ns_last_pid or a machine nearly
+// out of pids, does not happen within the start time's 10 ms tick.
 uint64_t pid_and_start(int handle) {
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fdinfo/%d", handle);
