@@ -699,7 +699,9 @@ std::unique_ptr<StateStore> StateStore::open(const std::string& dir, const Optio
       if (journal == nullptr) return fail(p.journal + ": cannot open: " + errstr(rc));
       if ((rc = journal->sync()) != 0 || (rc = fs.sync_dir(p.dir)) != 0)
         return fail(p.journal + ": cannot make the replayed journal durable: " + errstr(rc));
-      rep.messages.push_back(p.journal + ": synced in place, not rewritten (" + errstr(why) + ")");
+      rep.messages.push_back(p.journal + ": synced in place, not rewritten (" + errstr(why) +
+                             "): a record whose fdatasync failed before this start may still be "
+                             "lost at a power cut");
     } else if (rc != 0) {
       return fail(p.journal + ": cannot make the replayed journal durable: " + errstr(rc));
     }
