@@ -346,12 +346,15 @@ int Cluster::advance(Domain& d, Epoch token, std::string* why, Epoch* acquired) 
     etcd::Status s = c.txn(
         {same},
         {etcd::Op::Delete(prefix_ + "members/" + id), etcd::Op::Delete(prefix_ + "alive/" + id)},
-        {}, &r);
+        {etcd::Op::Range(prefix_ + "members/" + id)}, &r);
     if (!s.ok()) return unreachable(s);
+    // Gone instead (the hook removed it): its liveness key goes too.
+    bool kept = !r.succeeded && !r.ranges.empty() && !r.ranges[0].empty();
+    if (!r.succeeded && !kept) c.txn({}, {etcd::Op::Delete(prefix_ + "alive/" + id)}, {}, &r);
     std::string msg = fmt::format("{} did not acknowledge epoch {} of {}; fence hook succeeded, {}",
                                   who, token, d.path,
-                                  r.succeeded ? "member removed from the cluster"
-                                              : "and the member has registered again since: kept");
+                                  kept ? "and the member has registered again since: kept"
+                                       : "member removed from the cluster");
     log::warn("cluster {}: {}", o_.name, msg);
     audit("cluster_fence", "fenced", "", d.path, 0, token, msg);
   }

@@ -893,8 +893,16 @@ TEST_F(ClusterTest, AcquireIssuesTheNextClusterEpoch) {
   acquire(n1, &st);
   EXPECT_NE(st, 0);
   EXPECT_NE(n1.log().find("refused acquire /"), std::string::npos) << n1.log();
+  std::this_thread::sleep_for(500ms);  // the members' watches have long had the record
   EXPECT_EQ(n1.epoch(), 5u);
   EXPECT_EQ(n2.epoch(), 5u);
+  // At the largest token there is no next one: ERANGE, never a wrapped epoch.
+  etcd.etcdctl("put /fencefs/clusters/c1/epoch/ 9223372036854775807");
+  EXPECT_TRUE(eventually([&] { return n1.epoch() == 9223372036854775807u; })) << n1.log();
+  acquire(n1, &st);
+  EXPECT_EQ(st, 202) << n1.log();  // fencectl's ERANGE
+  EXPECT_EQ(etcd.etcdctl("get --print-value-only /fencefs/clusters/c1/epoch/"),
+            "9223372036854775807\n");
 }
 
 // A rename across two domains whose second domain needs a raise, while another member advances
