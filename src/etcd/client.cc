@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <fmt/format.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <system_error>
 
 #include "etcd/gateway_json.h"
 
@@ -87,13 +89,18 @@ std::string check_options(const Options& o) {
                                    {"client certificate", &o.cert},
                                    {"client key", &o.key}})
     if (!file->empty() && access(file->c_str(), R_OK) != 0)
-      return fmt::format("etcd {} {}: {}", what, *file, std::strerror(errno));
+      return fmt::format("etcd {} {}: {}", what, *file,
+                         std::error_code(errno, std::generic_category()).message());
   const bool tls = !o.cacert.empty() || !o.cert.empty();
+  // Schemes are case-insensitive (curl's too).
+  auto is = [](const std::string& e, const char* scheme) {
+    return strncasecmp(e.c_str(), scheme, strlen(scheme)) == 0;
+  };
   for (const auto& e : o.endpoints) {
-    if (tls && e.rfind("http://", 0) == 0)
+    if (tls && is(e, "http://"))
       return fmt::format("etcd endpoint {} is plain HTTP, but TLS files were given: use https://",
                          e);
-    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0)
+    if (!is(e, "http://") && !is(e, "https://"))
       return fmt::format("etcd endpoint {}: only http:// and https:// are spoken", e);
   }
   return "";
