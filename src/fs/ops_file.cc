@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <linux/capability.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -173,6 +174,14 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   if (fd < 0 && errno == EMFILE) {
     f.reclaim_fds();
     fd = open_unleased(f.proc_path(i.fd).c_str(), flags | O_CLOEXEC);
+  }
+  // An execve's open (the kernel's __FMODE_EXEC, 0x20) of a file on a noexec filesystem mounted
+  // below BACKING: refused as natively. The mount itself is noexec only if BACKING's root is.
+  struct statvfs sv;
+  if (fd >= 0 && (fi->flags & 0x20) && fstatvfs(fd, &sv) == 0 && (sv.f_flag & ST_NOEXEC)) {
+    ::close(fd);
+    fd = -1;
+    errno = EACCES;
   }
   if (fd < 0) {
     int err = errno;

@@ -645,6 +645,28 @@ TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
   EXPECT_EQ(0, WEXITSTATUS(st)) << "files of uid 12345 replaced by nobody's renames";
 }
 
+// A noexec filesystem mounted below BACKING: its programs are not run through the mount either
+// (the mount is noexec only when BACKING's root is). Elsewhere they run.
+TEST(Hardening, AProgramOnANoexecFilesystemBelowBackingDoesNotRun) {
+  auto m = open_mount();
+  ASSERT_EQ(0, ::mkdir(m.bpath("ne").c_str(), 0755));
+  ASSERT_EQ(0, sh("mount -t tmpfs -o noexec,size=8m none '" + m.bpath("ne") + "'"));
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { sh("umount -l '" + dir + "'"); }  // the daemon holds its inodes open
+  } unmount{m.bpath("ne")};
+  ASSERT_EQ(0, sh("cp /bin/true '" + m.bpath("ne/t") + "' && cp /bin/true '" + m.bpath("t") + "'"));
+  auto run = [&](const std::string& path) {
+    return in_child([&] {
+      execl(path.c_str(), "t", nullptr);
+      return errno;
+    });
+  };
+  EXPECT_EQ(EACCES, run(m.bpath("ne/t")));  // natively
+  EXPECT_EQ(EACCES, run(m.path("ne/t")));
+  EXPECT_EQ(0, run(m.path("t")));
+}
+
 // In a sticky directory CAP_FOWNER lets a caller remove and rename entries of other owners; the
 // kernel checked it, and the daemon does not take it away.
 TEST(Hardening, CapFownerStillPassesTheStickyRule) {
