@@ -105,7 +105,7 @@ std::string who(int fd) {
 
 }  // namespace
 
-std::string served_by(const std::string& backing) {
+std::string served_by(const std::string& backing, bool ours_only) {
   std::string ignored;
   int dfd = open_marker_dir(backing + "/.fencefs", &ignored);
   if (dfd < 0) return "";
@@ -114,7 +114,8 @@ std::string served_by(const std::string& backing) {
   int fd = openat(dfd, "owner", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   close(dfd);
   if (fd < 0) return "";
-  if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (struct stat st{}; fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+                        (ours_only && st.st_uid != 0 && st.st_uid != geteuid())) {
     close(fd);
     return "";
   }

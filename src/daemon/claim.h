@@ -38,8 +38,10 @@ struct Owner {
 Owner self_owner(const std::string& mountpoint, const std::string& state);
 
 // Who serves BACKING now, when a daemon holds its owner file's lock; "" otherwise. Only reads:
-// for refusals that come before the claim, which must leave no trace.
-std::string served_by(const std::string& backing);
+// for refusals that come before the claim, which must leave no trace. ours_only: an owner file
+// only root or this daemon's user owns counts (in a directory others may write, such as /tmp,
+// anyone could make and lock one).
+std::string served_by(const std::string& backing, bool ours_only = false);
 
 class Claim {
  public:

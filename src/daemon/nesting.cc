@@ -58,7 +58,7 @@ std::string nested_backing(const std::string& backing) {
     size_t slash = p.rfind('/');
     if (slash == std::string::npos) break;
     p = slash == 0 ? "/" : p.substr(0, slash);
-    if (std::string who = served_by(p); !who.empty())
+    if (std::string who = served_by(p, true); !who.empty())
       return fmt::format(
           "backing {} is inside {}, which a fencefs daemon serves ({}): its files would be fenced "
           "twice, with two epochs per domain; serve {} alone (`domain add` gives {} epochs of "
@@ -70,7 +70,7 @@ std::string nested_backing(const std::string& backing) {
   for (std::string& src : fencefs_backings()) served.push_back(std::move(src));
   for (const std::string& src : served)
     if (src.size() > below.size() && src.compare(0, below.size(), below) == 0)
-      if (std::string who = served_by(src); !who.empty())
+      if (std::string who = served_by(src, true); !who.empty())
         return fmt::format(
             "backing {} holds {}, which a fencefs daemon serves ({}): its files would be fenced "
             "twice, with two epochs per domain; unmount that daemon first (then `domain add` "

@@ -209,6 +209,39 @@ TEST(OneDaemon, ABackingInsideOrAroundAServedOneIsRefused) {
   EXPECT_EQ(slurp(m.path("f")), "one");
 }
 
+// A marker another user made and locks above BACKING (in /tmp anyone can) is no daemon's: it
+// keeps no mount below it from starting.
+TEST(OneDaemon, AMarkerAnotherUserLocksAboveBackingIsNoDaemons) {
+  const std::string root = temp_dir("fake");
+  ASSERT_EQ(0, ::chmod(root.c_str(), 01777));
+  const std::string backing = root + "/b", mnt = root + "/m";
+  ASSERT_EQ(0, sh("mkdir -p '" + backing + "' '" + mnt + "'"));
+  int held[2];
+  ASSERT_EQ(0, pipe(held));
+  pid_t pid = fork();
+  if (pid == 0) {  // nobody: a marker of its own, locked as a daemon locks its own
+    ::close(held[0]);
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(1);
+    ::mkdir((root + "/.fencefs").c_str(), 0755);
+    int fd = ::open((root + "/.fencefs/owner").c_str(), O_RDWR | O_CREAT, 0644);
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) != 0 || write(held[1], "x", 1) != 1) _exit(2);
+    pause();
+    _exit(0);
+  }
+  ::close(held[1]);
+  char c;
+  ASSERT_EQ(1, read(held[0], &c, 1));
+  ::close(held[0]);
+  Daemon r = run_fencefs({backing, mnt}, mnt, root + "/d.log");
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  EXPECT_EQ(r.status, kMounted) << r.out;
+  sh("rm -rf '" + root + "'");
+}
+
 // The same while the inner daemon is still starting: it holds its claim but is not yet in the mount
 // table (held before its mount by a preloaded fuse_session_mount). The outer one finds it by its
 // lock under /run/fencefs.
