@@ -137,7 +137,6 @@ struct Options {
   double timeout = 5.0;    // entry and attribute cache, seconds: sound since all changes pass here
   bool stamps = true;      // the backing supports trusted.* xattrs
   bool list_xattrs = false;  // listxattr names the user.fencefs.* attributes (-o list_xattrs)
-  bool posix_acl = false;    // BACKING keeps POSIX ACLs: the kernel is asked to enforce them
   int uring = 0;  // threads per CPU serving FUSE over io_uring (-o uring); 0: off, -1: default
 };
 

@@ -191,15 +191,6 @@ bool backing_has_xattrs(const std::string& backing) {
   return ok;
 }
 
-// Whether BACKING's filesystem keeps POSIX ACLs (an absent one reads ENODATA; EOPNOTSUPP without).
-bool backing_has_acls(const std::string& backing) {
-  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
-  bool ok = fgetxattr(fd, "system.posix_acl_access", nullptr, 0) >= 0 || errno == ENODATA;
-  close(fd);
-  return ok;
-}
-
 // As root the daemon creates and opens for a caller with the caller's uid and gid; without
 // CAP_SETUID or CAP_SETGID (a unit's CapabilityBoundingSet) it cannot, and refuses those calls.
 void warn_without_setid_caps() {
@@ -433,7 +424,6 @@ int main(int argc, char* argv[]) {
   int root_fd = open(backing.c_str(), O_PATH | O_CLOEXEC);
   if (root_fd < 0) die(fmt::format("open {}: {}", backing, common::errstr(errno)));
   fopts.stamps = backing_has_xattrs(backing);
-  fopts.posix_acl = backing_has_acls(backing);
   warn_without_setid_caps();
   // Jobs bound before a restart keep their tokens if they are still exactly the same processes.
   fence::Bindings bindings;

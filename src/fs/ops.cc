@@ -34,13 +34,16 @@ void op_init(void* userdata, fuse_conn_info* conn) {
   conn->max_write = 1u << 20;
   conn->max_readahead = 1u << 20;
   // Without it the kernel checks mode bits alone, and an ACL in BACKING that denies a user would
-  // not apply through the mount.
+  // not apply through the mount. Asked for whatever BACKING's root keeps: a filesystem mounted
+  // below it may keep ACLs where the root does not (op_getxattr answers "none" where it cannot).
   Fs& f = *static_cast<Fs*>(userdata);
-  if (f.opts().posix_acl && (conn->capable & FUSE_CAP_POSIX_ACL)) {
+  if (conn->capable & FUSE_CAP_POSIX_ACL) {
     conn->want |= FUSE_CAP_POSIX_ACL;
     f.set_acls_enforced();
-  } else if (f.opts().posix_acl) {
-    log::warn("the kernel cannot enforce POSIX ACLs on this mount: ACLs cannot be set through it");
+  } else {
+    log::warn(
+        "the kernel cannot enforce POSIX ACLs on this mount: an ACL in BACKING does not "
+        "apply through it, and none can be set through it");
   }
 }
 

@@ -118,6 +118,9 @@ void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char* name, size_t size) 
   if (is_virtual(i) || is_trusted_fencefs(name)) return (void)fuse_reply_err(req, ENODATA);
   std::string v(size, '\0');
   ssize_t n = getxattr(f.proc_path(i.fd).c_str(), name, size ? v.data() : nullptr, size);
+  // The kernel asks for an inode's ACL before its mode bits decide, and fails the access with
+  // any error but "none" (ENODATA): a filesystem below BACKING that keeps no ACLs has none.
+  if (n < 0 && errno == EOPNOTSUPP && is_acl(name)) return (void)fuse_reply_err(req, ENODATA);
   if (n < 0) return (void)fuse_reply_err(req, errno);
   if (size == 0) return (void)fuse_reply_xattr(req, static_cast<size_t>(n));
   fuse_reply_buf(req, v.data(), static_cast<size_t>(n));

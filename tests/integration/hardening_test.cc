@@ -996,7 +996,7 @@ TEST(Hardening, AclsApplyThroughTheMountAsOnTheDiskBelow) {
 }
 
 // BACKING on a filesystem mounted noexec, without ACLs (ramfs keeps no xattrs): nothing it may not
-// run runs through the mount, and no ACL is set through it (one the kernel would not enforce).
+// run runs through the mount, and no ACL is set through it, as natively.
 TEST(Hardening, WhatBackingsMountForbidsStaysForbidden) {
   struct Cleanup {
     std::string backing, root;
@@ -1030,6 +1030,66 @@ TEST(Hardening, WhatBackingsMountForbidsStaysForbidden) {
               return E(setxattr(m.path("f").c_str(), "system.posix_acl_access", acl.data(),
                                 acl.size(), 0));
             }));
+}
+
+// Filesystems mounted in and below a test's BACKING, each with a file "f" of nobody's: readable
+// by all (0644) on one that keeps no ACLs, or 0666 with an ACL that denies `denied` everything.
+struct Filesystems {
+  std::vector<std::string> mounts;  // innermost last
+  std::string root;
+  ~Filesystems() {
+    for (auto it = mounts.rbegin(); it != mounts.rend(); ++it) sh("umount '" + *it + "'");
+    if (!root.empty()) sh("rm -rf '" + root + "'");
+  }
+  bool place(const std::string& dir, const char* type, uid_t denied = 0) {
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    if (sh(std::string("mount -t ") + type + " fencefs-test '" + dir + "'") != 0) return false;
+    mounts.push_back(dir);
+    const std::string f = dir + "/f", acl = acl_denying(denied);
+    spit(f, "f\n");
+    if (::chmod(dir.c_str(), 0755) != 0 || ::chown(f.c_str(), kNobody, kNogroup) != 0) return false;
+    if (::chmod(f.c_str(), denied ? 0666 : 0644) != 0) return false;
+    return !denied ||
+           setxattr(f.c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0) == 0;
+  }
+};
+
+int open_as(uid_t uid, const std::string& path, int flags) {
+  return as_uid(uid, [&] { return E(open(path.c_str(), flags)); });
+}
+
+// ACLs are a property of each filesystem, not of BACKING's root: an ACL on a filesystem mounted
+// below a root that keeps none denies through the mount what it denies natively.
+TEST(Hardening, AnAclBelowARootWithoutAclsHoldsThroughTheMount) {
+  constexpr uid_t kOther = 1;
+  Filesystems fs;
+  bool placed = false;
+  Mount m({}, [&](const std::string& b) {
+    placed = fs.place(b, "ramfs") && fs.place(b + "/below", "tmpfs", kOther);
+  });
+  fs.root = m.root();
+  ASSERT_TRUE(placed);
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(EACCES, open_as(kOther, m.bpath("below/f"), O_RDONLY));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("below/f"), O_RDONLY));
+  EXPECT_EQ(0, open_as(kNobody, m.path("below/f"), O_RDONLY));
+  EXPECT_EQ(0, open_as(kOther, m.path("f"), O_RDONLY));
+}
+
+// A filesystem that keeps no ACLs, below a root that keeps them: its mode bits decide, as
+// natively (the kernel asks for an ACL first, and failed the access with EOPNOTSUPP).
+TEST(Hardening, AFilesystemWithoutAclsBelowARootWithThemIsServedByItsModeBits) {
+  constexpr uid_t kOther = 1;
+  Filesystems fs;
+  bool placed = false;
+  Mount m({}, [&](const std::string& b) { placed = fs.place(b + "/plain", "ramfs"); });
+  fs.root = m.root();
+  ASSERT_TRUE(placed);
+  ASSERT_TRUE(m.mounted());
+  ASSERT_EQ(0, open_as(kOther, m.bpath("plain/f"), O_RDONLY));
+  EXPECT_EQ(0, open_as(kOther, m.path("plain/f"), O_RDONLY));
+  EXPECT_EQ(EACCES, open_as(kOther, m.path("plain/f"), O_WRONLY));
+  EXPECT_EQ(ENODATA, E(getxattr(m.path("plain/f").c_str(), "system.posix_acl_access", nullptr, 0)));
 }
 
 // A lease taken on a file directly in BACKING (by its owner, who may) makes opens that conflict
