@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iterator>
 #include <string_view>
+#include <thread>
 
 #include "common/identity_cache.h"
 
@@ -310,6 +311,26 @@ class SystemProcesses : public ProcessInfo {
     struct stat st;
     if (fstat(handle, &st) != 0) return 0;
     return static_cast<uint64_t>(st.st_ino);
+  }
+  uint64_t id_floor() override {
+    if (!pidfs_) {
+      // (start time << 22 | pid): a process started in this very tick counts as made after.
+      timespec ts{};
+      clock_gettime(CLOCK_BOOTTIME, &ts);
+      const auto hz = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
+      const uint64_t ticks = static_cast<uint64_t>(ts.tv_sec) * hz +
+                             static_cast<uint64_t>(ts.tv_nsec) / (1000000000 / hz);
+      return ticks << 22;
+    }
+    // pidfs numbers every task as it is made: a new thread's number is above all earlier ones.
+    uint64_t ino = 0;
+    std::thread([&ino] {
+      int fd = static_cast<int>(syscall(SYS_pidfd_open, gettid(), PIDFD_THREAD));
+      struct stat st;
+      if (fd >= 0 && fstat(fd, &st) == 0) ino = static_cast<uint64_t>(st.st_ino);
+      if (fd >= 0) ::close(fd);
+    }).join();
+    return ino;
   }
   bool any_exited(const int* handles, size_t n) override {
     pollfd small[16];

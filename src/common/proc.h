@@ -41,6 +41,9 @@ class ProcessInfo {
   // The identity of a handle's process: equal for every handle of one process, different for
   // any other process ever (pidfs inode number). 0 when unknown.
   virtual uint64_t id(int handle) = 0;
+  // An id above every process's made so far and at most any later one's: what tells a process's
+  // children made before a point from those made after it. 0 when it cannot be had.
+  virtual uint64_t id_floor() = 0;
   // True when the process of any of the handles has exited.
   virtual bool any_exited(const int* handles, size_t n) = 0;
   virtual void close(int handle) = 0;

@@ -6,9 +6,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "common/anchored.h"
 #include "common/proc.h"
@@ -16,7 +21,8 @@
 namespace fencefs::daemon {
 namespace {
 
-constexpr const char* kMagic = "fencefs-bindings 2";
+constexpr const char* kMagic = "fencefs-bindings 3";
+constexpr const char* kMagicV2 = "fencefs-bindings 2";  // B and U lines, no history
 
 std::string boot_id() {
   std::string s;
@@ -51,8 +57,52 @@ bool identity_of(pid_t pid, Identity* id) {
   return true;
 }
 
-std::string line_for(char op, pid_t pid, const Identity& id, uint32_t domain, uint64_t token) {
-  return fmt::format("{} {} {} {} {} {}\n", op, pid, id.start_time, id.pidfs_ino, domain, token);
+// S PID START INO DOMAIN TOKEN|- [BEFORE:TOKEN:INHERIT ...]: one process's whole binding for a
+// domain now (- : none now, only history), which replaces what earlier lines said of it.
+std::string line_for(pid_t pid, const Identity& id, uint32_t domain,
+                     const fence::Bindings::Entry& e) {
+  auto cur = e.tokens.find(domain);
+  std::string line = fmt::format("S {} {} {} {} {}", pid, id.start_time, id.pidfs_ino, domain,
+                                 cur == e.tokens.end() ? "-" : std::to_string(cur->second));
+  if (auto h = e.earlier.find(domain); h != e.earlier.end())
+    for (const auto& s : h->second)
+      line += fmt::format(" {}:{}:{}", s.before, s.token, s.inherit ? 1 : 0);
+  return line + "\n";
+}
+
+struct Saved {
+  std::optional<uint64_t> token;
+  std::vector<fence::Bindings::Superseded> earlier;
+};
+
+// One line into `saved`; false for a line cut short by a crash, or not understood.
+bool parse_line(const std::string& line, bool v2,
+                std::map<std::tuple<long long, unsigned long long, unsigned long long>,
+                         std::map<uint32_t, Saved>>* saved) {
+  std::istringstream in(line);
+  char op = 0;
+  long long pid = 0;
+  unsigned long long start = 0, ino = 0, domain = 0;
+  std::string token;
+  if (!(in >> op >> pid >> start >> ino >> domain >> token)) return false;
+  Saved s;
+  if (token != "-") s.token = std::stoull(token);
+  if (v2) {
+    if (op != 'B' && op != 'U') return false;
+    if (op == 'U') s.token.reset();
+  } else {
+    if (op != 'S') return false;
+    for (std::string h; in >> h;) {
+      fence::Bindings::Superseded e;
+      int inherit = 0;
+      if (sscanf(h.c_str(), "%" SCNu64 ":%" SCNu64 ":%d", &e.before, &e.token, &inherit) != 3)
+        return false;
+      e.inherit = inherit != 0;
+      s.earlier.push_back(e);
+    }
+  }
+  (*saved)[{pid, start, ino}][static_cast<uint32_t>(domain)] = std::move(s);
+  return true;
 }
 
 }  // namespace
@@ -66,44 +116,39 @@ BindingStore::~BindingStore() {
 BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
                                              const std::function<bool(uint32_t)>& domain_exists) {
   Restored r;
-  // (pid, start time, pidfs inode) -> domain -> token, replayed in order.
-  std::map<std::tuple<long long, unsigned long long, unsigned long long>,
-           std::map<uint32_t, uint64_t>>
+  // (pid, start time, pidfs inode) -> domain -> its binding, the last line of each winning.
+  std::map<std::tuple<long long, unsigned long long, unsigned long long>, std::map<uint32_t, Saved>>
       saved;
   int rfd = common::anchored_open(path_, O_RDONLY | O_CLOEXEC);
   FILE* f = rfd >= 0 ? fdopen(rfd, "re") : nullptr;
   if (rfd >= 0 && !f) close(rfd);
   if (f) {
-    char line[256];
-    bool same_boot = false;
-    if (fgets(line, sizeof line, f)) {
-      std::string head(line);
+    char* buf = nullptr;
+    size_t cap = 0;
+    bool same_boot = false, v2 = false;
+    if (getline(&buf, &cap, f) > 0) {
+      std::string head(buf);
       while (!head.empty() && head.back() == '\n') head.pop_back();
-      same_boot = head == std::string(kMagic) + " " + boot_id();
+      v2 = head == std::string(kMagicV2) + " " + boot_id();
+      same_boot = v2 || head == std::string(kMagic) + " " + boot_id();
     }
-    while (same_boot && fgets(line, sizeof line, f)) {
-      char op = 0;
-      long long pid = 0;
-      unsigned long long start = 0, ino = 0, domain = 0, token = 0;
-      if (sscanf(line, "%c %lld %llu %llu %llu %llu", &op, &pid, &start, &ino, &domain, &token) !=
-          6)
-        continue;  // a line cut short by a crash
-      auto& tokens = saved[{pid, start, ino}];
-      if (op == 'B')
-        tokens[static_cast<uint32_t>(domain)] = token;
-      else
-        tokens.erase(static_cast<uint32_t>(domain));
+    while (same_boot && getline(&buf, &cap, f) > 0) {
+      try {
+        parse_line(buf, v2, &saved);
+      } catch (const std::exception&) {  // a number out of range: a damaged line
+      }
     }
+    free(buf);
     fclose(f);
   }
-  for (const auto& [key, tokens] : saved) {
+  for (const auto& [key, domains] : saved) {
     auto [pid, start, ino] = key;
     Identity now;
     bool same = identity_of(static_cast<pid_t>(pid), &now) && now.start_time == start &&
                 now.pidfs_ino == ino;
-    for (const auto& [domain, token] : tokens) {
+    for (const auto& [domain, s] : domains) {
       if (same && domain_exists(domain) &&
-          bindings.bind(static_cast<pid_t>(pid), domain, token) == 0)
+          bindings.restore(static_cast<pid_t>(pid), domain, s.token, s.earlier) == 0)
         r.restored++;
       else
         r.dropped++;
@@ -114,28 +159,33 @@ BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
   return r;
 }
 
-void BindingStore::record(fence::Bindings& bindings, pid_t pid, uint32_t domain, uint64_t token,
-                          bool bound) {
+void BindingStore::record(fence::Bindings& bindings, pid_t pid, uint32_t domain) {
   Identity id;
   if (!identity_of(pid, &id)) return;  // gone already: nothing to carry over
-  std::string line = line_for(bound ? 'B' : 'U', pid, id, domain, token);
   std::lock_guard lk(mu_);
+  // Read under mu_: of two changes recorded at once, the later line holds the later state.
+  auto e = bindings.find(pid);
+  if (!e) return;
+  std::string line = line_for(pid, id, domain, *e);
   if (fd_ < 0 || write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
     rewrite_locked(bindings);  // start over from the live bindings
     return;
   }
-  // Unbinds and exited processes accumulate: rewrite once the log is well past what is live.
+  // Changes and exited processes accumulate: rewrite once the log is well past what is live.
   if (++lines_ > 2 * live_ + 1024) rewrite_locked(bindings);
 }
 
 void BindingStore::rewrite_locked(fence::Bindings& bindings) {
   std::string out = std::string(kMagic) + " " + boot_id() + "\n";
   size_t n = 0;
-  for (const auto& e : bindings.list()) {
+  for (const auto& e : bindings.list(true)) {
     Identity id;
     if (!identity_of(e.pid, &id)) continue;
-    for (const auto& [domain, token] : e.tokens) {
-      out += line_for('B', e.pid, id, domain, token);
+    std::set<uint32_t> domains;
+    for (const auto& [domain, token] : e.tokens) domains.insert(domain);
+    for (const auto& [domain, earlier] : e.earlier) domains.insert(domain);
+    for (uint32_t domain : domains) {
+      out += line_for(e.pid, id, domain, e);
       n++;
     }
   }

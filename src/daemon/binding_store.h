@@ -1,7 +1,8 @@
 // Process bindings kept across daemon restarts. STATE/bindings is a log: a header with the boot
 // id, then one line per bind and unbind naming the process exactly (pid, start time, pidfs
-// inode). A new daemon replays it and rebinds only processes that are still exactly the same
-// ones; the log is rewritten from the live bindings at start and whenever it grew well past them.
+// inode) with its binding for the domain, history included (fence::Bindings::Superseded). A new
+// daemon replays it and rebinds only processes that are still exactly the same ones; the log is
+// rewritten from the live bindings at start and whenever it grew well past them.
 #pragma once
 #include <sys/types.h>
 
@@ -28,9 +29,9 @@ class BindingStore {
   // Rebinds the saved processes that still run, for domains that exist, then rewrites the log
   // from what is live.
   Restored restore(fence::Bindings& bindings, const std::function<bool(uint32_t)>& domain_exists);
-  // Appends one bind (bound) or unbind. Not fsynced: the file must outlive the daemon, not the
-  // machine, whose crash ends every bound process as well.
-  void record(fence::Bindings& bindings, pid_t pid, uint32_t domain, uint64_t token, bool bound);
+  // Appends what a bind or unbind left of `pid`'s binding for `domain`. Not fsynced: the file must
+  // outlive the daemon, not the machine, whose crash ends every bound process as well.
+  void record(fence::Bindings& bindings, pid_t pid, uint32_t domain);
 
  private:
   void rewrite_locked(fence::Bindings& bindings);

@@ -1,5 +1,7 @@
 #include "fence/bindings.h"
 
+#include <set>
+
 namespace fencefs::fence {
 namespace {
 
@@ -44,6 +46,22 @@ void Bindings::sweep_dead_locked() {
   }
 }
 
+void Bindings::supersede(Entry& e, uint32_t domain, uint64_t floor) {
+  auto cur = e.tokens.find(domain);
+  auto& earlier = e.earlier[domain];
+  earlier.push_back(cur == e.tokens.end() ? Superseded{floor, 0, true}
+                                          : Superseded{floor, cur->second, false});
+  fold(earlier);
+}
+
+void Bindings::fold(std::vector<Superseded>& earlier) {
+  // The two oldest fold into one that presents nothing: never a later token to an older job.
+  while (earlier.size() > kMaxSuperseded) {
+    earlier[1] = Superseded{earlier[1].before, 0, false};
+    earlier.erase(earlier.begin());
+  }
+}
+
 int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   auto who = procs_.identity(tid);
   if (!who) return ESRCH;
@@ -52,6 +70,9 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   uint64_t id = procs_.id(h);
   procs_.close(h);
   if (h < 0 || id == 0) return ESRCH;
+  // Every process made before this point has a lower id: the children the caller has already.
+  uint64_t floor = procs_.id_floor();
+  if (floor == 0) return EAGAIN;
   {
     common::WriterLock lk(mu_);
     // Amortised: dropping dead binders costs a handle each.
@@ -64,27 +85,66 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
     e.pid = who->tgid;
     e.id = id;
     e.comm = who->comm;
+    auto cur = e.tokens.find(domain);
+    if (cur == e.tokens.end() || cur->second != token) supersede(e, domain, floor);
     e.tokens[domain] = token;
     empty_ = false;
     gen_.fetch_add(1);
   }
-  if (on_change) on_change(who->tgid, domain, token, true);
+  if (on_change) on_change(who->tgid, domain);
   return 0;
 }
 
 int Bindings::unbind(pid_t tid, uint32_t domain) {
   auto who = procs_.identity(tid);
   if (!who) return ESRCH;
+  uint64_t floor = procs_.id_floor();
+  if (floor == 0) return EAGAIN;
   {
     common::WriterLock lk(mu_);
     auto it = bindings_.find(who->tgid);
-    if (it == bindings_.end() || it->second.tokens.erase(domain) == 0) return ENOENT;
-    if (it->second.tokens.empty()) bindings_.erase(it);
-    empty_ = bindings_.empty();
+    if (it == bindings_.end() || !it->second.tokens.count(domain)) return ENOENT;
+    // The entry stays while its process lives: its children made until now keep the token.
+    supersede(it->second, domain, floor);
+    it->second.tokens.erase(domain);
     gen_.fetch_add(1);
   }
-  if (on_change) on_change(who->tgid, domain, 0, false);
+  if (on_change) on_change(who->tgid, domain);
   return 0;
+}
+
+int Bindings::restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
+                      std::vector<Superseded> earlier) {
+  int h = procs_.open(pid, false);
+  uint64_t id = procs_.id(h);
+  procs_.close(h);
+  if (h < 0 || id == 0) return ESRCH;
+  auto who = procs_.identity(pid);
+  if (!who || who->tgid != pid) return ESRCH;
+  common::WriterLock lk(mu_);
+  Entry& e = bindings_[pid];
+  if (e.id != id) e = Entry{};
+  e.pid = pid;
+  e.id = id;
+  e.comm = who->comm;
+  if (token)
+    e.tokens[domain] = *token;
+  else
+    e.tokens.erase(domain);
+  fold(earlier);
+  e.earlier[domain] = std::move(earlier);
+  empty_ = false;
+  gen_.fetch_add(1);
+  return 0;
+}
+
+std::optional<Bindings::Entry> Bindings::find(pid_t tid) {
+  auto who = procs_.identity(tid);
+  if (!who) return std::nullopt;
+  common::ReaderLock lk(mu_);
+  auto it = bindings_.find(who->tgid);
+  if (it == bindings_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch,
@@ -93,8 +153,18 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
   auto who = procs_.identity(tid);
   if (!who) return false;
   pid_t pid = who->tgid;
-  std::vector<int> chain;  // handles of the ancestors of the caller's process, nearest first
-  size_t keep = 0;         // chain[0, keep) reaches the farthest ancestor that gave a token
+  uint64_t self_id = 0;
+  auto self = [&] {  // the caller's own process, alive while it calls
+    if (self_id == 0) {
+      int h = procs_.open(who->tgid, false);
+      self_id = procs_.id(h);
+      procs_.close(h);
+    }
+    return self_id;
+  };
+  std::set<uint32_t> decided;  // domains a bound ancestor's history settled (inherit: none)
+  std::vector<int> chain;      // handles of the ancestors of the caller's process, nearest first
+  size_t keep = 0;             // chain[0, keep) reaches the farthest ancestor that gave a token
   size_t visited = 0;
   int retries = 0;
   for (;;) {
@@ -104,18 +174,25 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
       auto it = bindings_.find(pid);
       if (it != bindings_.end()) bound = it->second;
     }
-    if (!bound.tokens.empty()) {
+    if (bound.id != 0) {
       // Only the exact process that bound counts, never a later one with its pid.
-      uint64_t id;
-      if (chain.empty()) {
-        int h = procs_.open(pid, false);  // the caller's own process, alive while it calls
-        id = procs_.id(h);
-        procs_.close(h);
-      } else {
-        id = procs_.id(chain.back());
-      }
+      uint64_t id = chain.empty() ? self() : procs_.id(chain.back());
       if (id != 0 && id == bound.id) {
-        for (auto& [d, t] : bound.tokens) tokens->emplace(d, t);  // nearest wins
+        // Its child on the caller's chain: made before a rebinding, it keeps what it had.
+        uint64_t child = chain.empty()       ? 0
+                         : chain.size() == 1 ? self()
+                                             : procs_.id(chain.end()[-2]);
+        for (auto& [d, earlier] : bound.earlier)
+          if (!chain.empty() && !tokens->count(d))
+            for (const Superseded& s : earlier)
+              if (child < s.before) {
+                if (!s.inherit) tokens->emplace(d, s.token);
+                decided.insert(d);
+                break;
+              }
+        for (auto& [d, t] : bound.tokens)
+          if (!decided.count(d)) tokens->emplace(d, t);  // nearest wins
+        decided.clear();
         keep = chain.size();
       }
     }
@@ -205,12 +282,13 @@ Epoch Bindings::resolve(pid_t tid, uint32_t domain) {
   return result;
 }
 
-std::vector<Bindings::Entry> Bindings::list() {
+std::vector<Bindings::Entry> Bindings::list(bool with_history) {
   common::WriterLock lk(mu_);
   sweep_dead_locked();
   empty_ = bindings_.empty();
   std::vector<Entry> out;
-  for (auto& [pid, e] : bindings_) out.push_back(e);
+  for (auto& [pid, e] : bindings_)
+    if (with_history || !e.tokens.empty()) out.push_back(e);
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -44,7 +45,8 @@ class Bindings {
   Bindings(const Bindings&) = delete;
   Bindings& operator=(const Bindings&) = delete;
 
-  // Binds the thread group of `tid` for a domain. ESRCH if the process is gone.
+  // Binds the thread group of `tid` for a domain. ESRCH if the process is gone, EAGAIN if the
+  // processes it already has cannot be told from later ones.
   int bind(pid_t tid, uint32_t domain, Epoch token);
   // Removes the binding of the thread group of `tid`: 0, or ENOENT when there was none (nothing
   // changes then: no resolution is invalidated), ESRCH if the process is gone.
@@ -52,20 +54,39 @@ class Bindings {
   // The token of the nearest bound ancestor-or-self of `tid` for `domain`; 0 when none.
   Epoch resolve(pid_t tid, uint32_t domain);
 
+  // What a process presented before it bound anew or unbound: its children made before `before`
+  // (ProcessInfo::id_floor() then) present `token`, or with `inherit` what its ancestors give.
+  // A process rebinding hands its new token to the jobs it starts next, never to one already
+  // running, which was started under the old owner (a paused job must not wake up as the new).
+  struct Superseded {
+    uint64_t before = 0;
+    Epoch token = 0;  // 0 and not inherit: nothing (refused), when older history was folded
+    bool inherit = false;
+    bool operator==(const Superseded&) const = default;
+  };
+  static constexpr size_t kMaxSuperseded = 16;  // per process and domain; older ones fold
   struct Entry {
     pid_t pid = 0;
     uint64_t id = 0;  // exact process identity (ProcessInfo::id)
     std::string comm;
-    std::map<uint32_t, Epoch> tokens;  // domain id -> token
+    std::map<uint32_t, Epoch> tokens;                     // domain id -> token
+    std::map<uint32_t, std::vector<Superseded>> earlier;  // domain id -> oldest first
   };
-  // Live bindings (dead processes are dropped).
-  std::vector<Entry> list();
+  // Live bindings (dead processes are dropped); with_history: also processes bound no more
+  // whose earlier children still present what they had.
+  std::vector<Entry> list(bool with_history = false);
+  // The binding of the live thread group of `tid`, as list(true) shows it.
+  std::optional<Entry> find(pid_t tid);
+  // Sets a process's binding for a domain as a daemon before a restart left it (token nullopt:
+  // none now), once the caller made sure it is the same process. ESRCH if it is gone.
+  int restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
+              std::vector<Superseded> earlier);
 
   // Handles held by the resolution cache (for tests and metrics).
   size_t cached_handles() const;
-  // Called after every bind and unbind of a thread group (bound: false for unbind), outside the
-  // lock: the daemon keeps the bindings across restarts.
-  std::function<void(pid_t pid, uint32_t domain, Epoch token, bool bound)> on_change;
+  // Called after every bind and unbind of a thread group, outside the lock: the daemon keeps the
+  // bindings across restarts (find() says what they are now).
+  std::function<void(pid_t pid, uint32_t domain)> on_change;
 
  private:
   struct Resolved {
@@ -93,6 +114,9 @@ class Bindings {
   // False when the caller vanished meanwhile.
   bool walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<int>* watch, bool* cacheable);
   bool alive_locked(pid_t pid, const Entry& e) REQUIRES(mu_);
+  // Records that `e`'s children made before `floor` keep what `e` gave them for `domain`.
+  static void supersede(Entry& e, uint32_t domain, uint64_t floor);
+  static void fold(std::vector<Superseded>& earlier);
   void sweep_dead_locked() REQUIRES(mu_);
 
   proc::ProcessInfo& procs_;

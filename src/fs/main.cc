@@ -215,8 +215,8 @@ void restore_bindings(daemon::BindingStore& binding_store, fence::Bindings& bind
       binding_store.restore(bindings, [&](uint32_t id) { return domains.by_id(id) != nullptr; });
   if (r.restored || r.dropped)
     log::info("bindings: {} process(es) rebound, {} gone or changed", r.restored, r.dropped);
-  bindings.on_change = [&](pid_t pid, uint32_t domain, fence::Epoch token, bool bound) {
-    binding_store.record(bindings, pid, domain, token, bound);
+  bindings.on_change = [&](pid_t pid, uint32_t domain) {
+    binding_store.record(bindings, pid, domain);
   };
 }
 

@@ -1706,6 +1706,39 @@ TEST(Restart, ASupersededJobIsStillRefusedAfterARestart) {
   EXPECT_EQ(slurp(m.path("out")), "line\n");
 }
 
+// A shell binds, starts a job in the background, then binds a newer token and starts another.
+// The first job was started under the old owner: it keeps the old token (refused once the
+// epoch moves past it, as a paused job must be), before a restart of the daemon and after.
+TEST(Restart, AJobStartedBeforeItsShellBindsAnewKeepsTheOldToken) {
+  Mount m;
+  const std::string dir = m.root(), ctl = m.ctl_path();
+  ASSERT_EQ(0, sh("mkfifo '" + dir + "/go-old' '" + dir + "/go-new'"));
+  auto job = [&](const char* name) {
+    return std::string("( read x < '") + dir + "/go-" + name + "'; echo " + name + " >> '" +
+           m.path("out") + "' 2>/dev/null; echo $? > '" + dir + "/rc-" + name + "' ) & ";
+  };
+  const std::string script = "echo 'bind / 1' > '" + ctl + "'; " + job("old") +
+                             "echo 'bind / 2' > '" + ctl + "'; " + job("new") + "echo > '" + dir +
+                             "/ready'; wait";
+  pid_t shell = fork();
+  if (shell == 0) {
+    execl("/bin/sh", "sh", "-c", script.c_str(), nullptr);
+    _exit(127);
+  }
+  for (int k = 0; k < 500 && !exists(dir + "/ready"); k++) usleep(10000);
+  ASSERT_TRUE(exists(dir + "/ready"));
+  ASSERT_EQ(sh(kCtl + " advance --mount " + m.mnt() + " / 2 >/dev/null"), 0);
+  m.kill9();
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  EXPECT_EQ(0, sh("echo > '" + dir + "/go-old'; echo > '" + dir + "/go-new'"));
+  int status = -1;
+  waitpid(shell, &status, 0);
+  EXPECT_NE(slurp(dir + "/rc-old"), "0\n") << "the old job's write was refused";
+  EXPECT_NE(slurp(dir + "/rc-old"), "") << "the old job ran";
+  EXPECT_EQ(slurp(dir + "/rc-new"), "0\n");
+  EXPECT_EQ(slurp(m.path("out")), "new\n");
+}
+
 TEST(Restart, OnlyTheExactSameProcessIsRebound) {
   Mount m;
   Job job(m, 5, "out");

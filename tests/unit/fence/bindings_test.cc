@@ -23,9 +23,11 @@ TEST(Bindings, NoBindingNoToken) {
 TEST(Bindings, ProcessAndDescendantsPresentTheToken) {
   FakeProcesses p;
   Bindings b(p);
-  pid_t shell = p.spawn(1), child = p.spawn(shell), grandchild = p.spawn(child);
+  pid_t shell = p.spawn(1);
   ASSERT_EQ(0, b.bind(shell, 0, 5));
+  pid_t child = p.spawn(shell), grandchild = p.spawn(child);
   EXPECT_EQ(5u, b.resolve(shell, 0));
+  EXPECT_EQ(5u, b.resolve(child, 0));
   EXPECT_EQ(5u, b.resolve(grandchild, 0));
   EXPECT_EQ(0u, b.resolve(grandchild, 1)) << "another domain";
   pid_t outsider = p.spawn(1);
@@ -35,15 +37,19 @@ TEST(Bindings, ProcessAndDescendantsPresentTheToken) {
 TEST(Bindings, NearestBoundAncestorWins) {
   FakeProcesses p;
   Bindings b(p);
-  pid_t shell = p.spawn(1), child = p.spawn(shell), grandchild = p.spawn(child);
+  pid_t shell = p.spawn(1);
   ASSERT_EQ(0, b.bind(shell, 0, 5));
   ASSERT_EQ(0, b.bind(shell, 1, 9));
+  pid_t child = p.spawn(shell);
   ASSERT_EQ(0, b.bind(child, 0, 7));
+  pid_t grandchild = p.spawn(child);
   EXPECT_EQ(7u, b.resolve(grandchild, 0));
   EXPECT_EQ(9u, b.resolve(grandchild, 1));
   EXPECT_EQ(5u, b.resolve(shell, 0));
   ASSERT_EQ(0, b.unbind(child, 0));
-  EXPECT_EQ(5u, b.resolve(grandchild, 0)) << "an unbind is seen by cached resolutions";
+  pid_t later = p.spawn(child);
+  EXPECT_EQ(5u, b.resolve(later, 0)) << "a job started after the unbind";
+  EXPECT_EQ(7u, b.resolve(grandchild, 0)) << "one started before keeps its token";
   EXPECT_EQ(ENOENT, b.unbind(child, 0)) << "nothing left to unbind";
   EXPECT_EQ(ENOENT, b.unbind(grandchild, 1));
   EXPECT_EQ(9u, b.resolve(grandchild, 1));
@@ -83,20 +89,19 @@ TEST(Bindings, RecycledPidNeverInheritsADeadBindersToken) {
   FakeProcesses p;
   Bindings b(p);
   pid_t binder = p.spawn(1, 500);
-  pid_t child = p.spawn(binder);
   ASSERT_EQ(0, b.bind(binder, 0, 6));
+  pid_t child = p.spawn(binder);
   EXPECT_EQ(6u, b.resolve(child, 0));
   p.exit(binder);
   p.exit(child);
   // The same pid, a different process (a start time equal to the tick would not tell them apart).
   pid_t again = p.spawn(1, 500);
   ASSERT_EQ(500, again);
-  pid_t its_child = p.spawn(again);
   EXPECT_EQ(0u, b.resolve(again, 0));
-  EXPECT_EQ(0u, b.resolve(its_child, 0));
   EXPECT_TRUE(b.list().empty()) << "the dead binder's entry is dropped";
   // The recycled process may bind for itself; the old tokens are not merged in.
   ASSERT_EQ(0, b.bind(again, 1, 2));
+  pid_t its_child = p.spawn(again);
   EXPECT_EQ(0u, b.resolve(its_child, 0));
   EXPECT_EQ(2u, b.resolve(its_child, 1));
 }
@@ -104,8 +109,9 @@ TEST(Bindings, RecycledPidNeverInheritsADeadBindersToken) {
 TEST(Bindings, ReparentedChildLosesTheDeadParentsToken) {
   FakeProcesses p;
   Bindings b(p);
-  pid_t parent = p.spawn(1), child = p.spawn(parent), grandchild = p.spawn(child);
+  pid_t parent = p.spawn(1);
   ASSERT_EQ(0, b.bind(parent, 0, 5));
+  pid_t child = p.spawn(parent), grandchild = p.spawn(child);
   EXPECT_EQ(5u, b.resolve(grandchild, 0));  // cached now
   EXPECT_EQ(5u, b.resolve(child, 0));
   p.exit(parent);  // child goes to init
@@ -116,8 +122,9 @@ TEST(Bindings, ReparentedChildLosesTheDeadParentsToken) {
 TEST(Bindings, IntermediateExitIsNoticedToo) {
   FakeProcesses p;
   Bindings b(p);
-  pid_t top = p.spawn(1), mid = p.spawn(top), low = p.spawn(mid), leaf = p.spawn(low);
+  pid_t top = p.spawn(1);
   ASSERT_EQ(0, b.bind(top, 0, 5));
+  pid_t mid = p.spawn(top), low = p.spawn(mid), leaf = p.spawn(low);
   EXPECT_EQ(5u, b.resolve(leaf, 0));
   p.exit(mid);  // low goes to init: the chain from leaf no longer reaches top
   EXPECT_EQ(0u, b.resolve(leaf, 0));
@@ -129,13 +136,93 @@ TEST(Bindings, ReparentedToABoundSubreaperPresentsItsToken) {
   pid_t runner = p.spawn(1);  // like `fencectl run`: a subreaper that bound itself
   p.set_subreaper(runner);
   ASSERT_EQ(0, b.bind(runner, 0, 3));
-  pid_t job = p.spawn(runner), forked = p.spawn(job), orphan = p.spawn(forked);
+  pid_t job = p.spawn(runner), forked = p.spawn(job);
   ASSERT_EQ(0, b.bind(forked, 0, 4));
+  pid_t orphan = p.spawn(forked);
   EXPECT_EQ(4u, b.resolve(orphan, 0));
   p.exit(forked);  // orphan goes to runner
   EXPECT_EQ(3u, b.resolve(orphan, 0));
   p.exit(job);
   EXPECT_EQ(3u, b.resolve(orphan, 0));
+}
+
+// A shell that binds anew hands the new token to the jobs it starts next, never to one it
+// started before (nor to that job's own children, even those started later): a paused job of
+// the old owner must not wake up as the new one.
+TEST(Bindings, ARebindingReachesOnlyJobsStartedAfterIt) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1);
+  ASSERT_EQ(0, b.bind(shell, 0, 1));
+  pid_t old_job = p.spawn(shell);
+  EXPECT_EQ(1u, b.resolve(old_job, 0));
+  ASSERT_EQ(0, b.bind(shell, 0, 2));
+  pid_t new_job = p.spawn(shell), old_child = p.spawn(old_job);
+  ASSERT_EQ(0, b.bind(shell, 0, 3));
+  pid_t newest = p.spawn(shell);
+  EXPECT_EQ(3u, b.resolve(shell, 0));
+  EXPECT_EQ(1u, b.resolve(old_job, 0)) << "a cached resolution follows the rebinding";
+  EXPECT_EQ(1u, b.resolve(old_child, 0));
+  EXPECT_EQ(2u, b.resolve(new_job, 0));
+  EXPECT_EQ(3u, b.resolve(newest, 0));
+  EXPECT_EQ(0, b.bind(shell, 0, 3)) << "the same token again changes nothing";
+  EXPECT_EQ(2u, b.resolve(new_job, 0));
+  auto e = b.find(shell);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(3u, e->earlier.at(0).size());
+}
+
+// A job started before its shell's first binding presents what it had: its other ancestors'.
+TEST(Bindings, AJobStartedBeforeTheFirstBindingKeepsWhatItHad) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t outer = p.spawn(1);
+  ASSERT_EQ(0, b.bind(outer, 0, 9));
+  pid_t shell = p.spawn(outer), before = p.spawn(shell);
+  ASSERT_EQ(0, b.bind(shell, 0, 5));
+  pid_t after = p.spawn(shell);
+  EXPECT_EQ(9u, b.resolve(before, 0));
+  EXPECT_EQ(5u, b.resolve(after, 0));
+  EXPECT_EQ(0u, b.resolve(before, 1)) << "a domain the shell never bound";
+}
+
+// The history is bounded: past kMaxSuperseded changes, the oldest jobs present nothing (refused),
+// never a later owner's token.
+TEST(Bindings, FoldedHistoryPresentsNothingToTheOldestJobs) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1);
+  ASSERT_EQ(0, b.bind(shell, 0, 1));
+  pid_t first = p.spawn(shell);
+  std::vector<pid_t> jobs;
+  for (Epoch t = 2; t < 2 + Bindings::kMaxSuperseded + 2; t++) {
+    ASSERT_EQ(0, b.bind(shell, 0, t));
+    jobs.push_back(p.spawn(shell));
+  }
+  EXPECT_EQ(0u, b.resolve(first, 0));
+  EXPECT_EQ(0u, b.resolve(jobs[0], 0));
+  EXPECT_EQ(Bindings::kMaxSuperseded + 3, b.resolve(jobs.back(), 0));
+  EXPECT_EQ(Bindings::kMaxSuperseded + 2, b.resolve(jobs.end()[-2], 0));
+  EXPECT_EQ(Bindings::kMaxSuperseded, b.find(shell)->earlier.at(0).size());
+}
+
+// A process that unbound stays known while it lives, for its earlier children, but is not listed
+// as bound; restore() puts back what a daemon before a restart had.
+TEST(Bindings, UnboundWithHistoryIsNotListedAndRestores) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1);
+  ASSERT_EQ(0, b.bind(shell, 0, 4));
+  pid_t job = p.spawn(shell);
+  ASSERT_EQ(0, b.unbind(shell, 0));
+  EXPECT_TRUE(b.list().empty());
+  ASSERT_EQ(1u, b.list(true).size());
+  auto e = *b.find(shell);
+  Bindings again(p);
+  ASSERT_EQ(0, again.restore(shell, 0, std::nullopt, e.earlier.at(0)));
+  EXPECT_EQ(4u, again.resolve(job, 0));
+  EXPECT_EQ(0u, again.resolve(p.spawn(shell), 0));
+  EXPECT_EQ(ESRCH, again.restore(12345, 0, 1, {}));
 }
 
 TEST(Bindings, VanishedCallerCannotBind) {

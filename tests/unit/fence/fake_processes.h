@@ -106,6 +106,10 @@ class FakeProcesses : public proc::ProcessInfo {
     auto it = handles_.find(handle);
     return it == handles_.end() ? 0 : it->second;
   }
+  uint64_t id_floor() override {
+    std::lock_guard lk(mu_);
+    return next_id_;
+  }
   bool any_exited(const int* handles, size_t n) override {
     std::lock_guard lk(mu_);
     for (size_t k = 0; k < n; k++) {
