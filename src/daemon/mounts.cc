@@ -22,30 +22,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/mount_table.h"
 
 namespace fencefs::daemon {
 
-namespace {
+using common::any_mount;
 
-// The entries of TABLE, newest first, until `stop` returns true: whether one did; nullopt (with
-// *error) when the table cannot be read. Targets are compared as strings by the callers:
-// libmount's lookups canonicalize, which would stat them (a FUSE mount not yet answering INIT
-// would not answer).
-std::optional<bool> any_mount(const std::string& table, const std::function<bool(libmnt_fs*)>& stop,
-                              std::string* error) {
-  libmnt_table* tb = mnt_new_table_from_file(table.c_str());
-  if (!tb) {
-    *error = fmt::format("cannot read the mount table ({})", table);
-    return std::nullopt;
-  }
-  libmnt_iter* it = mnt_new_iter(MNT_ITER_BACKWARD);
-  libmnt_fs* fs = nullptr;
-  bool found = false;
-  while (!found && mnt_table_next_fs(tb, it, &fs) == 0) found = stop(fs);
-  mnt_free_iter(it);
-  mnt_unref_table(tb);
-  return found;
-}
+namespace {
 
 // Whether FS is the fencefs mount of BACKING at DIR made by this process' user.
 bool ours(libmnt_fs* fs, const std::string& dir, const std::string& backing) {

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/mount_table.h"
 #include "fence/highwater.h"
 #include "fence/stamp.h"
 
@@ -18,6 +20,20 @@ namespace fencefs::fence {
 
 void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
                   const std::function<void(const std::string&, int)>& on_error) {
+  // Per device below the root's: whether it is not a FUSE mount a user made (whose files say
+  // what that user likes, stamps included: common::on_user_fuse).
+  std::map<dev_t, bool> kept;
+  dev_t root_dev = 0;
+  auto keep = [&](int dir_fd, const char* name, dev_t dev) {
+    if (dev == root_dev) return true;
+    auto [it, fresh] = kept.try_emplace(dev, false);
+    if (fresh) {
+      int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+      it->second = fd >= 0 && !common::on_user_fuse(fd);
+      if (fd >= 0) ::close(fd);
+    }
+    return it->second;
+  };
   std::function<void(int, const std::string&)> rec = [&](int fd, const std::string& rel) {
     DIR* d = fdopendir(fd);
     if (!d) {
@@ -39,6 +55,7 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
         continue;
       }
       std::string child = rel + "/" + n;
+      if (!keep(dirfd(d), n.c_str(), st.st_dev)) continue;
       if (S_ISDIR(st.st_mode)) {
         int cfd = openat(dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (cfd < 0) {
@@ -53,10 +70,13 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
     closedir(d);
   };
   int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
     on_error("/", errno);
+    if (fd >= 0) ::close(fd);
     return;
   }
+  root_dev = st.st_dev;
   rec(fd, "");
 }
 

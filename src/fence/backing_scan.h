@@ -20,8 +20,8 @@ struct ScanEntry {
 };
 
 // Depth-first, in name order, over the regular files below `root`, skipping the state directory
-// (.fencefs) at its top. Directories that cannot be read go to on_error ("/" for root itself)
-// and are skipped.
+// (.fencefs) at its top and FUSE mounts that users made (common::on_user_fuse). Directories that
+// cannot be read go to on_error ("/" for root itself) and are skipped.
 void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
                   const std::function<void(const std::string&, int)>& on_error);
 

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/mount_table.h"
 #include "fence/stamp.h"
 #include "fs/fs.h"
 
@@ -21,7 +22,7 @@ void Fs::load_stamp_locked(Inode& i, int fd) {
     char buf[128];
     ssize_t n = fd >= 0 ? fgetxattr(fd, kStampXattr, buf, sizeof buf)
                         : getxattr(proc_path(i.fd).c_str(), kStampXattr, buf, sizeof buf);
-    if (n > 0) {
+    if (n > 0 && stamps_count(i, fd)) {
       auto st = fence::decode_stamp(std::string_view(buf, static_cast<size_t>(n)));
       if (st) {
         e = st->epoch;
@@ -31,6 +32,17 @@ void Fs::load_stamp_locked(Inode& i, int fd) {
   }
   i.stamp_domain.store(dom, std::memory_order_release);
   i.stamp.store(e, std::memory_order_release);
+}
+
+bool Fs::stamps_count(const Inode& i, int fd) {
+  // A user's FUSE daemon answers trusted.* as it likes: a stamp there could claim any epoch and
+  // lock the domain as a rollback. BACKING's own root is the operator's choice.
+  if (i.dev == root_.dev || !common::on_user_fuse(fd >= 0 ? fd : i.fd.load())) return true;
+  common::MutexLock lk(untrusted_mu_);
+  if (untrusted_said_.insert(i.dev).second)
+    log::warn("stamps on {} are not evidence: a FUSE filesystem that a user mounted",
+              fence_.describe({i.fd, nullptr}));
+  return false;
 }
 
 Epoch Fs::stamp_of(Inode& i, int fd, const Domain* in) {

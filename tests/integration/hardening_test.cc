@@ -1092,6 +1092,62 @@ TEST(Hardening, AFilesystemWithoutAclsBelowARootWithThemIsServedByItsModeBits) {
   EXPECT_EQ(ENODATA, E(getxattr(m.path("plain/f").c_str(), "system.posix_acl_access", nullptr, 0)));
 }
 
+// A user who may mount FUSE for others (user_allow_other) mounts a filesystem of their own inside
+// BACKING whose daemon claims any trusted.fencefs stamp, say epoch 999999. The stamp is no
+// evidence: it neither locks the domain as a rollback, nor raises a new state made with --init.
+TEST(Hardening, AStampOnAFuseMountAUserMadeIsNoEvidence) {
+  struct Cleanup {
+    std::string at, root;
+    ~Cleanup() {
+      if (!at.empty()) sh("umount '" + at + "'");
+      if (!root.empty()) sh("rm -rf '" + root + "'");
+    }
+  } cleanup;
+  Mount m;
+  cleanup.root = m.root();
+  ASSERT_TRUE(m.mounted());
+  const std::string src = m.root() + "/forged", at = m.bpath("theirs");
+  ASSERT_EQ(0, ::mkdir(src.c_str(), 0755));
+  spit(src + "/f", "f\n");
+  ASSERT_EQ(0, ::chmod((src + "/f").c_str(), 0666));
+  const std::string forged = "999999 2 0.0";
+  ASSERT_EQ(0, setxattr((src + "/f").c_str(), "trusted.fencefs", forged.data(), forged.size(), 0));
+  ASSERT_EQ(0, ::mkdir(at.c_str(), 0755));
+  ASSERT_EQ(0, ::chown(at.c_str(), kNobody, kNogroup));
+  // Their daemon runs as nobody; the capabilities only let it open /dev/fuse, mount, and read
+  // the trusted.* name it hands on (bindfs passes xattrs through).
+  ASSERT_EQ(0, sh("setpriv --reuid=65534 --regid=65534 --clear-groups "
+                  "--inh-caps=+sys_admin,+dac_override --ambient-caps=+sys_admin,+dac_override "
+                  "bindfs -o allow_other '" +
+                  src + "' '" + at + "'"));
+  cleanup.at = at;
+  ASSERT_NE(std::string::npos, sh_out("findmnt -no OPTIONS '" + at + "'").find("user_id=65534"));
+  char buf[64];
+  ssize_t n = getxattr((at + "/f").c_str(), "trusted.fencefs", buf, sizeof buf);
+  ASSERT_EQ(forged, std::string(buf, n > 0 ? static_cast<size_t>(n) : 0));
+  auto append = [&](const std::string& path) {
+    return job_as(m, 1, 0, [&] {
+      int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT, 0644);
+      if (fd < 0) return errno;
+      int err = ::write(fd, "x\n", 2) == 2 ? 0 : errno;
+      return close(fd) == 0 ? err : errno;
+    });
+  };
+  EXPECT_EQ(0, append(m.path("theirs/f")));
+  EXPECT_EQ(0, append(m.path("mine")));
+  EXPECT_EQ(0, sh(std::string(FENCECTL_BIN) + " advance --mount '" + m.mnt() + "' / 2 >/dev/null"));
+  EXPECT_EQ(std::string::npos, m.daemon_log().find("rollback detected")) << m.daemon_log();
+  EXPECT_NE(std::string::npos, m.daemon_log().find("are not evidence")) << m.daemon_log();
+
+  // A new state over this tree starts at the highest epoch that is evidence: 2, the advance's
+  // (BACKING's high-water copy), not the forged one.
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "'"));
+  ASSERT_EQ(-1000, m.try_mount({"--init"})) << m.daemon_log();
+  n = getxattr(m.mnt().c_str(), "user.fencefs.epoch", buf, sizeof buf);
+  EXPECT_EQ("2", std::string(buf, n > 0 ? static_cast<size_t>(n) : 0));
+}
+
 // A lease taken on a file directly in BACKING (by its owner, who may) makes opens that conflict
 // with it wait up to lease-break-time (45 s) natively. Through the mount they fail at once with
 // EWOULDBLOCK instead: they would hold a daemon worker, and a writer its domain's lock, meanwhile.
