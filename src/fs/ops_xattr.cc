@@ -31,6 +31,11 @@ bool is_acl(const char* name) { return strncmp(name, "system.posix_acl_", 17) ==
 int refused(Fs& f, Inode& i, const char* name) {
   if (is_virtual(i) || reserved(name)) return EPERM;
   if (is_acl(name) && !f.acls_enforced()) return EOPNOTSUPP;
+  // A filesystem below BACKING that keeps no ACLs refuses one natively, before any fencing.
+  if (is_acl(name) &&
+      getxattr(f.proc_path(i.fd).c_str(), "system.posix_acl_access", nullptr, 0) < 0 &&
+      errno == EOPNOTSUPP)
+    return EOPNOTSUPP;
   return 0;
 }
 

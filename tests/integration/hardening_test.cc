@@ -1090,6 +1090,14 @@ TEST(Hardening, AFilesystemWithoutAclsBelowARootWithThemIsServedByItsModeBits) {
   EXPECT_EQ(0, open_as(kOther, m.path("plain/f"), O_RDONLY));
   EXPECT_EQ(EACCES, open_as(kOther, m.path("plain/f"), O_WRONLY));
   EXPECT_EQ(ENODATA, E(getxattr(m.path("plain/f").c_str(), "system.posix_acl_access", nullptr, 0)));
+  // Setting one is refused as natively, before any fencing: without a token too.
+  const std::string acl = acl_denying(kOther);
+  auto set_acl = [&] {
+    return E(
+        setxattr(m.path("plain/f").c_str(), "system.posix_acl_access", acl.data(), acl.size(), 0));
+  };
+  EXPECT_EQ(EOPNOTSUPP, as_uid(kNobody, set_acl));
+  EXPECT_EQ(EOPNOTSUPP, job_as(m, 1, kNobody, set_acl));
 }
 
 // A user who may mount FUSE for others (user_allow_other) mounts a filesystem of their own inside
