@@ -14,6 +14,7 @@
 #include <cstring>
 #include <iterator>
 #include <string_view>
+#include <system_error>
 #include <thread>
 
 #include "common/identity_cache.h"
@@ -314,22 +315,33 @@ class SystemProcesses : public ProcessInfo {
   }
   uint64_t id_floor() override {
     if (!pidfs_) {
-      // (start time << 22 | pid): a process started in this very tick counts as made after.
+      // (start time << 22 | pid): the floor is the next tick, and this waits for it, so that a
+      // process started before returns is below it and any started after is not.
       timespec ts{};
       clock_gettime(CLOCK_BOOTTIME, &ts);
       const auto hz = static_cast<uint64_t>(sysconf(_SC_CLK_TCK));
-      const uint64_t ticks = static_cast<uint64_t>(ts.tv_sec) * hz +
-                             static_cast<uint64_t>(ts.tv_nsec) / (1000000000 / hz);
-      return ticks << 22;
+      const uint64_t tick_ns = 1000000000 / hz;
+      const uint64_t next =
+          (static_cast<uint64_t>(ts.tv_sec) * 1000000000 + static_cast<uint64_t>(ts.tv_nsec)) /
+              tick_ns +
+          1;
+      timespec at{static_cast<time_t>(next * tick_ns / 1000000000),
+                  static_cast<long>(next * tick_ns % 1000000000)};
+      while (clock_nanosleep(CLOCK_BOOTTIME, TIMER_ABSTIME, &at, nullptr) == EINTR) {
+      }
+      return next << 22;
     }
     // pidfs numbers every task as it is made: a new thread's number is above all earlier ones.
     uint64_t ino = 0;
-    std::thread([&ino] {
-      int fd = static_cast<int>(syscall(SYS_pidfd_open, gettid(), PIDFD_THREAD));
-      struct stat st;
-      if (fd >= 0 && fstat(fd, &st) == 0) ino = static_cast<uint64_t>(st.st_ino);
-      if (fd >= 0) ::close(fd);
-    }).join();
+    try {
+      std::thread([&ino] {
+        int fd = static_cast<int>(syscall(SYS_pidfd_open, gettid(), PIDFD_THREAD));
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) ino = static_cast<uint64_t>(st.st_ino);
+        if (fd >= 0) ::close(fd);
+      }).join();
+    } catch (const std::system_error&) {  // no thread to be had (pid or memory limits): 0
+    }
     return ino;
   }
   bool any_exited(const int* handles, size_t n) override {

@@ -6,12 +6,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cinttypes>
+#include <charconv>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -57,6 +58,13 @@ bool identity_of(pid_t pid, Identity* id) {
   return true;
 }
 
+// Whether `id`, read now, is the process of entry `e` (fence::Bindings' identity: its pidfs
+// inode, or before pidfs its start time and pid), not a later one with its pid.
+bool same_process(const Identity& id, const fence::Bindings::Entry& e) {
+  return id.pidfs_ino == e.id || ((e.id >> 22) == id.start_time &&
+                                  (e.id & ((1u << 22) - 1)) == static_cast<uint64_t>(e.pid));
+}
+
 // S PID START INO DOMAIN TOKEN|- [BEFORE:TOKEN:INHERIT ...]: one process's whole binding for a
 // domain now (- : none now, only history), which replaces what earlier lines said of it.
 std::string line_for(pid_t pid, const Identity& id, uint32_t domain,
@@ -75,33 +83,56 @@ struct Saved {
   std::vector<fence::Bindings::Superseded> earlier;
 };
 
-// One line into `saved`; false for a line cut short by a crash, or not understood.
-bool parse_line(const std::string& line, bool v2,
-                std::map<std::tuple<long long, unsigned long long, unsigned long long>,
-                         std::map<uint32_t, Saved>>* saved) {
-  std::istringstream in(line);
-  char op = 0;
-  long long pid = 0;
-  unsigned long long start = 0, ino = 0, domain = 0;
-  std::string token;
-  if (!(in >> op >> pid >> start >> ino >> domain >> token)) return false;
+// A whole decimal number of `text`, at most `max`.
+template <typename T>
+bool number(std::string_view text, T* out, T max = std::numeric_limits<T>::max()) {
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return ec == std::errc() && end == text.data() + text.size() && *out <= max;
+}
+
+using Key = std::tuple<pid_t, uint64_t, uint64_t>;  // pid, start time, pidfs inode
+
+// One line into `saved`; false for a line cut short by a crash (no newline: the last one, as
+// each start rewrites the file whole), or not understood.
+bool parse_line(std::string_view line, bool v2, std::map<Key, std::map<uint32_t, Saved>>* saved) {
+  if (line.empty() || line.back() != '\n') return false;
+  line.remove_suffix(1);
+  std::vector<std::string_view> f;
+  for (size_t p = 0; p <= line.size();) {
+    size_t q = std::min(line.find(' ', p), line.size());
+    f.push_back(line.substr(p, q - p));
+    p = q + 1;
+  }
+  pid_t pid = 0;
+  uint64_t start = 0, ino = 0;
+  uint32_t domain = 0;
   Saved s;
-  if (token != "-") s.token = std::stoull(token);
+  if (f.size() < 6 || f[0].size() != 1 || !number(f[1], &pid) || pid <= 0 ||
+      !number(f[2], &start) || !number(f[3], &ino) || !number(f[4], &domain))
+    return false;
+  if (f[5] != "-") {
+    uint64_t t = 0;
+    if (!number(f[5], &t, fence::kMaxToken)) return false;
+    s.token = t;
+  }
+  const char op = f[0][0];
   if (v2) {
-    if (op != 'B' && op != 'U') return false;
+    if ((op != 'B' && op != 'U') || f.size() != 6) return false;
     if (op == 'U') s.token.reset();
   } else {
     if (op != 'S') return false;
-    for (std::string h; in >> h;) {
+    for (size_t k = 6; k < f.size(); k++) {
       fence::Bindings::Superseded e;
-      int inherit = 0;
-      if (sscanf(h.c_str(), "%" SCNu64 ":%" SCNu64 ":%d", &e.before, &e.token, &inherit) != 3)
+      size_t c1 = f[k].find(':'), c2 = c1 == f[k].npos ? c1 : f[k].find(':', c1 + 1);
+      if (c2 == f[k].npos || !number(f[k].substr(0, c1), &e.before) ||
+          !number(f[k].substr(c1 + 1, c2 - c1 - 1), &e.token, fence::kMaxToken) ||
+          (f[k].substr(c2 + 1) != "0" && f[k].substr(c2 + 1) != "1"))
         return false;
-      e.inherit = inherit != 0;
+      e.inherit = f[k].substr(c2 + 1) == "1";
       s.earlier.push_back(e);
     }
   }
-  (*saved)[{pid, start, ino}][static_cast<uint32_t>(domain)] = std::move(s);
+  (*saved)[{pid, start, ino}][domain] = std::move(s);
   return true;
 }
 
@@ -117,8 +148,7 @@ BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
                                              const std::function<bool(uint32_t)>& domain_exists) {
   Restored r;
   // (pid, start time, pidfs inode) -> domain -> its binding, the last line of each winning.
-  std::map<std::tuple<long long, unsigned long long, unsigned long long>, std::map<uint32_t, Saved>>
-      saved;
+  std::map<Key, std::map<uint32_t, Saved>> saved;
   int rfd = common::anchored_open(path_, O_RDONLY | O_CLOEXEC);
   FILE* f = rfd >= 0 ? fdopen(rfd, "re") : nullptr;
   if (rfd >= 0 && !f) close(rfd);
@@ -132,23 +162,17 @@ BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
       v2 = head == std::string(kMagicV2) + " " + boot_id();
       same_boot = v2 || head == std::string(kMagic) + " " + boot_id();
     }
-    while (same_boot && getline(&buf, &cap, f) > 0) {
-      try {
-        parse_line(buf, v2, &saved);
-      } catch (const std::exception&) {  // a number out of range: a damaged line
-      }
-    }
+    for (ssize_t n; same_boot && (n = getline(&buf, &cap, f)) > 0;)
+      parse_line(std::string_view(buf, static_cast<size_t>(n)), v2, &saved);
     free(buf);
     fclose(f);
   }
   for (const auto& [key, domains] : saved) {
     auto [pid, start, ino] = key;
     Identity now;
-    bool same = identity_of(static_cast<pid_t>(pid), &now) && now.start_time == start &&
-                now.pidfs_ino == ino;
+    bool same = identity_of(pid, &now) && now.start_time == start && now.pidfs_ino == ino;
     for (const auto& [domain, s] : domains) {
-      if (same && domain_exists(domain) &&
-          bindings.restore(static_cast<pid_t>(pid), domain, s.token, s.earlier) == 0)
+      if (same && domain_exists(domain) && bindings.restore(pid, domain, s.token, s.earlier) == 0)
         r.restored++;
       else
         r.dropped++;
@@ -165,7 +189,7 @@ void BindingStore::record(fence::Bindings& bindings, pid_t pid, uint32_t domain)
   std::lock_guard lk(mu_);
   // Read under mu_: of two changes recorded at once, the later line holds the later state.
   auto e = bindings.find(pid);
-  if (!e) return;
+  if (!e || !same_process(id, *e)) return;
   std::string line = line_for(pid, id, domain, *e);
   if (fd_ < 0 || write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
     rewrite_locked(bindings);  // start over from the live bindings
@@ -180,7 +204,7 @@ void BindingStore::rewrite_locked(fence::Bindings& bindings) {
   size_t n = 0;
   for (const auto& e : bindings.list(true)) {
     Identity id;
-    if (!identity_of(e.pid, &id)) continue;
+    if (!identity_of(e.pid, &id) || !same_process(id, e)) continue;
     std::set<uint32_t> domains;
     for (const auto& [domain, token] : e.tokens) domains.insert(domain);
     for (const auto& [domain, earlier] : e.earlier) domains.insert(domain);

@@ -66,10 +66,8 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   auto who = procs_.identity(tid);
   if (!who) return ESRCH;
   // The caller is inside its write(2), so its thread group cannot be recycled meanwhile.
-  int h = procs_.open(who->tgid, false);
-  uint64_t id = procs_.id(h);
-  procs_.close(h);
-  if (h < 0 || id == 0) return ESRCH;
+  uint64_t id = process_id(who->tgid);
+  if (id == 0) return ESRCH;
   // Every process made before this point has a lower id: the children the caller has already.
   uint64_t floor = procs_.id_floor();
   if (floor == 0) return EAGAIN;
@@ -98,27 +96,43 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
 int Bindings::unbind(pid_t tid, uint32_t domain) {
   auto who = procs_.identity(tid);
   if (!who) return ESRCH;
+  uint64_t id = process_id(who->tgid);
+  if (id == 0) return ESRCH;
+  // Only this very process's binding: never a dead one's that had its pid.
+  auto bound = [&]() REQUIRES_SHARED(mu_) {
+    auto it = bindings_.find(who->tgid);
+    return it != bindings_.end() && it->second.id == id && it->second.tokens.count(domain);
+  };
+  {
+    common::ReaderLock lk(mu_);
+    if (!bound()) return ENOENT;  // any user may write unbind: a no-op costs no thread
+  }
   uint64_t floor = procs_.id_floor();
   if (floor == 0) return EAGAIN;
   {
     common::WriterLock lk(mu_);
-    auto it = bindings_.find(who->tgid);
-    if (it == bindings_.end() || !it->second.tokens.count(domain)) return ENOENT;
+    if (!bound()) return ENOENT;
     // The entry stays while its process lives: its children made until now keep the token.
-    supersede(it->second, domain, floor);
-    it->second.tokens.erase(domain);
+    Entry& e = bindings_[who->tgid];
+    supersede(e, domain, floor);
+    e.tokens.erase(domain);
     gen_.fetch_add(1);
   }
   if (on_change) on_change(who->tgid, domain);
   return 0;
 }
 
-int Bindings::restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
-                      std::vector<Superseded> earlier) {
-  int h = procs_.open(pid, false);
+uint64_t Bindings::process_id(pid_t tgid) {
+  int h = procs_.open(tgid, false);
   uint64_t id = procs_.id(h);
   procs_.close(h);
-  if (h < 0 || id == 0) return ESRCH;
+  return h < 0 ? 0 : id;
+}
+
+int Bindings::restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
+                      std::vector<Superseded> earlier) {
+  uint64_t id = process_id(pid);
+  if (id == 0) return ESRCH;
   auto who = procs_.identity(pid);
   if (!who || who->tgid != pid) return ESRCH;
   common::WriterLock lk(mu_);
@@ -141,9 +155,10 @@ int Bindings::restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
 std::optional<Bindings::Entry> Bindings::find(pid_t tid) {
   auto who = procs_.identity(tid);
   if (!who) return std::nullopt;
+  uint64_t id = process_id(who->tgid);
   common::ReaderLock lk(mu_);
   auto it = bindings_.find(who->tgid);
-  if (it == bindings_.end()) return std::nullopt;
+  if (it == bindings_.end() || id == 0 || it->second.id != id) return std::nullopt;
   return it->second;
 }
 
@@ -155,13 +170,10 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
   pid_t pid = who->tgid;
   uint64_t self_id = 0;
   auto self = [&] {  // the caller's own process, alive while it calls
-    if (self_id == 0) {
-      int h = procs_.open(who->tgid, false);
-      self_id = procs_.id(h);
-      procs_.close(h);
-    }
+    if (self_id == 0) self_id = process_id(who->tgid);
     return self_id;
   };
+  uint64_t evicted = 0;        // a too long chain's last dropped handle's process
   std::set<uint32_t> decided;  // domains a bound ancestor's history settled (inherit: none)
   std::vector<int> chain;      // handles of the ancestors of the caller's process, nearest first
   size_t keep = 0;             // chain[0, keep) reaches the farthest ancestor that gave a token
@@ -181,6 +193,7 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
         // Its child on the caller's chain: made before a rebinding, it keeps what it had.
         uint64_t child = chain.empty()       ? 0
                          : chain.size() == 1 ? self()
+                         : !*cacheable       ? evicted
                                              : procs_.id(chain.end()[-2]);
         for (auto& [d, earlier] : bound.earlier)
           if (!chain.empty() && !tokens->count(d))
@@ -211,6 +224,7 @@ bool Bindings::walk(pid_t tid, std::map<uint32_t, Epoch>* tokens, std::vector<in
     if (chain.size() >= kMaxWatched) {
       // Too long to watch: resolved afresh each time, holding one handle at a time.
       *cacheable = false;
+      evicted = procs_.id(chain.back());  // the parent's child on the chain
       procs_.close(chain.back());
       chain.back() = hp;
     } else {

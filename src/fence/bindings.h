@@ -117,6 +117,8 @@ class Bindings {
   // Records that `e`'s children made before `floor` keep what `e` gave them for `domain`.
   static void supersede(Entry& e, uint32_t domain, uint64_t floor);
   static void fold(std::vector<Superseded>& earlier);
+  // The exact identity of the live process `tgid`; 0 when it is gone.
+  uint64_t process_id(pid_t tgid);
   void sweep_dead_locked() REQUIRES(mu_);
 
   proc::ProcessInfo& procs_;

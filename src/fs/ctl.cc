@@ -38,6 +38,12 @@ void note_ctl(Fs& f, const fence::Caller& c, const char* op, const char* decisio
   f.fence().note(c, fence::Subject{op, d, domain, token}, decision, std::move(message));
 }
 
+std::string bind_failure(int err) {
+  return err == EAGAIN ? "cannot tell the caller's running jobs from later ones now (no thread "
+                         "could be made); try again"
+                       : "caller vanished";
+}
+
 int execute(fuse_req_t req, const ctl::Command& cmd, bool opened_by_issuer, std::string* reply) {
   Fs& f = fs(req);
   fence::Caller c = f.caller(req);
@@ -63,7 +69,7 @@ int execute(fuse_req_t req, const ctl::Command& cmd, bool opened_by_issuer, std:
       if (auto dec = f.fence().decide(fence::RequestKind::Bind, *d, cmd.token.epoch); dec.refused())
         return *reply = dec.message, f.fence().refuse(c, {op, d, cmd.domain, tok}, std::move(dec));
       if ((err = f.bindings().bind(c.pid, d->id, cmd.token.epoch))) {
-        *reply = "caller vanished";
+        *reply = bind_failure(err);
         return err;
       }
       *reply = fmt::format("bound pid {} to token {} for domain {} (epoch {})", c.pid,
@@ -77,7 +83,7 @@ int execute(fuse_req_t req, const ctl::Command& cmd, bool opened_by_issuer, std:
         *reply = fmt::format("pid {} had no binding for domain {}", c.pid, d->path);
         return 0;
       } else if (e) {
-        *reply = "caller vanished";
+        *reply = bind_failure(e);
         return e;
       }
       *reply = fmt::format("unbound pid {} for domain {}", c.pid, d->path);

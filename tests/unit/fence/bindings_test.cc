@@ -225,6 +225,54 @@ TEST(Bindings, UnboundWithHistoryIsNotListedAndRestores) {
   EXPECT_EQ(ESRCH, again.restore(12345, 0, 1, {}));
 }
 
+// A process with a dead binder's pid unbinds nothing of it, and finds nothing of it: the dead
+// binder's history must not be carried over to the newcomer (a restart would restore it).
+TEST(Bindings, ARecycledPidCannotUnbindOrFindADeadBindersEntry) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t binder = p.spawn(1, 700);
+  ASSERT_EQ(0, b.bind(binder, 0, 6));
+  p.exit(binder);
+  pid_t again = p.spawn(1, 700);
+  ASSERT_EQ(700, again);
+  EXPECT_EQ(ENOENT, b.unbind(again, 0));
+  EXPECT_FALSE(b.find(again));
+}
+
+// Past the chain length the cache watches, the ancestor's child on the chain is still the real
+// one: an old job's deep descendant keeps the old token.
+TEST(Bindings, AVeryDeepDescendantOfAnOldJobKeepsTheOldToken) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1);
+  ASSERT_EQ(0, b.bind(shell, 0, 1));
+  pid_t old_job = p.spawn(shell);
+  ASSERT_EQ(0, b.bind(shell, 0, 2));
+  pid_t cur = old_job;
+  for (int k = 0; k < 300; k++) cur = p.spawn(cur);
+  EXPECT_EQ(1u, b.resolve(cur, 0));
+  pid_t fresh = p.spawn(shell);
+  for (int k = 0; k < 300; k++) fresh = p.spawn(fresh);
+  EXPECT_EQ(2u, b.resolve(fresh, 0));
+}
+
+// Without an order of processes (no thread could be made) nothing is bound or unbound; an unbind
+// that changes nothing asks for none (anyone may write it, as often as they like).
+TEST(Bindings, NoOrderNoChange) {
+  FakeProcesses p;
+  Bindings b(p);
+  pid_t shell = p.spawn(1);
+  ASSERT_EQ(0, b.bind(shell, 0, 1));
+  size_t calls = p.floor_calls();
+  EXPECT_EQ(ENOENT, b.unbind(shell, 1));
+  EXPECT_EQ(ENOENT, b.unbind(p.spawn(1), 0));
+  EXPECT_EQ(calls, p.floor_calls());
+  p.fail_floor(true);
+  EXPECT_EQ(EAGAIN, b.bind(shell, 0, 2));
+  EXPECT_EQ(EAGAIN, b.unbind(shell, 0));
+  EXPECT_EQ(1u, b.resolve(p.spawn(shell), 0));
+}
+
 TEST(Bindings, VanishedCallerCannotBind) {
   FakeProcesses p;
   Bindings b(p);

@@ -108,7 +108,16 @@ class FakeProcesses : public proc::ProcessInfo {
   }
   uint64_t id_floor() override {
     std::lock_guard lk(mu_);
-    return next_id_;
+    floor_calls_++;
+    return floor_fails_ ? 0 : next_id_;
+  }
+  void fail_floor(bool fail) {  // as when no thread can be made
+    std::lock_guard lk(mu_);
+    floor_fails_ = fail;
+  }
+  size_t floor_calls() const {
+    std::lock_guard lk(mu_);
+    return floor_calls_;
   }
   bool any_exited(const int* handles, size_t n) override {
     std::lock_guard lk(mu_);
@@ -147,6 +156,8 @@ class FakeProcesses : public proc::ProcessInfo {
   std::map<pid_t, Task> tasks_;
   std::map<int, uint64_t> handles_;
   size_t identity_reads_ = 0;
+  size_t floor_calls_ = 0;
+  bool floor_fails_ = false;
   pid_t next_pid_ = 100;
   int next_handle_ = 1000;
   uint64_t next_id_ = 1;
