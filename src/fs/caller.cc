@@ -121,9 +121,15 @@ AsCaller::~AsCaller() {
 namespace fencefs::fs {
 
 ChargedTo::ChargedTo(uid_t uid, bool keep_caps, bool fowner) {
-  if (uid == 0) return;
   __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
   __user_cap_data_struct data[2];
+  if (uid == 0) {
+    // A root caller without CAP_FOWNER: fsuid 0 keeps the daemon's, so it is dropped for the call.
+    if (!keep_caps || fowner || syscall(SYS_capget, &hdr, data) != 0) return;
+    data[CAP_FOWNER / 32].effective &= ~(1u << (CAP_FOWNER % 32));
+    lowered_ = syscall(SYS_capset, &hdr, data) == 0;
+    return;
+  }
   if (keep_caps && syscall(SYS_capget, &hdr, data) != 0) return;  // stays root: as before
   if (keep_caps && !fowner) data[CAP_FOWNER / 32].effective &= ~(1u << (CAP_FOWNER % 32));
   syscall(SYS_setfsuid, uid);
@@ -140,6 +146,15 @@ ChargedTo::ChargedTo(uid_t uid, bool keep_caps, bool fowner) {
 
 ChargedTo::~ChargedTo() {
   if (switched_) syscall(SYS_setfsuid, 0);
+  if (lowered_) {
+    __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data) == 0) {
+      data[CAP_FOWNER / 32].effective |=
+          data[CAP_FOWNER / 32].permitted & (1u << (CAP_FOWNER % 32));
+      syscall(SYS_capset, &hdr, data);
+    }
+  }
 }
 
 void caller_umask(fuse_req_t req, mode_t* mode) {

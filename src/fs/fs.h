@@ -345,6 +345,7 @@ class ChargedTo {
 
  private:
   bool switched_ = false;
+  bool lowered_ = false;  // CAP_FOWNER taken out of the effective set, fsuid 0 kept
 };
 
 // Drops CAP_SYS_RESOURCE from the calling thread's effective set (call before any worker thread

@@ -596,14 +596,13 @@ TEST(Hardening, AStickyEntryReplacedInBackingIsJudgedAgain) {
   }
 }
 
-// A rename's target the kernel found absent may be made in BACKING before the daemon renames:
-// BACKING judges the sticky rule on it in the rename itself (the caller's fsuid, no CAP_FOWNER of
-// the daemon's), so another user's file made there meanwhile is never replaced. Raced for 3 s: a
-// user making and removing its file natively, nobody renaming its own onto the name.
-TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
-  auto m = open_mount();
-  ASSERT_EQ(0, ::mkdir(m.bpath("tmp").c_str(), 0777));
-  ASSERT_EQ(0, ::chmod(m.bpath("tmp").c_str(), 01777));
+// Races renames onto a name in a sticky directory of uid 23456 for 3 s, run by `caller` (in a
+// child bound to token 1), while uid 12345 creates that name directly in BACKING: how many of
+// 12345's files a rename replaced (at most 250), or -1 when no rename of the caller succeeded.
+int sticky_replacements(const Mount& m, const std::function<bool()>& caller) {
+  if (::mkdir(m.bpath("tmp").c_str(), 0777) != 0 || ::chmod(m.bpath("tmp").c_str(), 01777) != 0 ||
+      ::chown(m.bpath("tmp").c_str(), 23456, 23456) != 0)
+    return -2;
   const std::string w = m.bpath("tmp/w");
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
   pid_t other = fork();
@@ -616,16 +615,18 @@ TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
       struct stat mine, now;
       fstat(fd, &mine);
       if (::stat(w.c_str(), &now) == 0 && now.st_ino != mine.st_ino)
-        replaced++;  // nobody's file is there now
+        replaced++;  // the caller's file is there now
       else
         ::unlink(w.c_str());
       ::close(fd);
     }
     _exit(std::min(replaced, 250));
   }
-  ASSERT_GT(other, 0);
-  int renames = 0;
-  int err = job_as(m, 1, kNobody, [&] {
+  if (other < 0) return -3;
+  int renamed = in_child([&] {
+    if (m.ctl("bind / 1") != 0) return 200;
+    if (!caller()) return 201;
+    int renames = 0;
     const std::string x = m.path("tmp/x"), to = m.path("tmp/w");
     while (std::chrono::steady_clock::now() < until) {
       int fd = ::open(x.c_str(), O_WRONLY | O_CREAT, 0644);
@@ -639,10 +640,42 @@ TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
     return std::min(renames, 1);
   });
   int st = 0;
-  ASSERT_EQ(other, waitpid(other, &st, 0));
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(1, err) << "nobody's renames onto the free name all failed";
-  EXPECT_EQ(0, WEXITSTATUS(st)) << "files of uid 12345 replaced by nobody's renames";
+  if (waitpid(other, &st, 0) != other || !WIFEXITED(st)) return -4;
+  return renamed == 1 ? WEXITSTATUS(st) : -1;
+}
+
+// A rename's target the kernel found absent may be made in BACKING before the daemon renames:
+// BACKING judges the sticky rule on it in the rename itself (the caller's fsuid, no CAP_FOWNER of
+// the daemon's), so another user's file made there meanwhile is never replaced. Raced for 3 s: a
+// user making and removing its file natively, nobody renaming its own onto the name.
+TEST(Hardening, AStickyTargetMadeInBackingDuringARenameIsNotReplaced) {
+  auto m = open_mount();
+  EXPECT_EQ(0, sticky_replacements(m,
+                                   [] {
+                                     return setgroups(0, nullptr) == 0 && setgid(kNogroup) == 0 &&
+                                            setuid(kNobody) == 0;
+                                   }))
+      << "files of uid 12345 replaced by nobody's renames (-1: none succeeded)";
+}
+
+// The same for a root caller without CAP_FOWNER (a unit's CapabilityBoundingSet): at fsuid 0 the
+// daemon's own CAP_FOWNER would have passed the sticky rule for it.
+TEST(Hardening, AStickyTargetIsNotReplacedByRootWithoutCapFowner) {
+  auto m = open_mount();
+  EXPECT_EQ(0, sticky_replacements(m,
+                                   [] {
+                                     if (prctl(PR_CAPBSET_DROP, CAP_FOWNER) != 0) return false;
+                                     __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+                                     __user_cap_data_struct data[2];
+                                     if (syscall(SYS_capget, &hdr, data) != 0) return false;
+                                     for (auto& d : data) {
+                                       d.effective &= ~(1u << CAP_FOWNER);
+                                       d.permitted &= ~(1u << CAP_FOWNER);
+                                       d.inheritable &= ~(1u << CAP_FOWNER);
+                                     }
+                                     return syscall(SYS_capset, &hdr, data) == 0;
+                                   }))
+      << "files of uid 12345 replaced by root's renames (-1: none succeeded)";
 }
 
 // A noexec filesystem mounted below BACKING: its programs are not run through the mount either
