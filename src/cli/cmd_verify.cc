@@ -48,11 +48,11 @@ namespace fencefs::cli {
 namespace {
 
 using common::under;
+using fence::entry_xattr;
 using fence::kStampXattr;
 using fence::ScanEntry;
 using fence::Stamp;
 using fence::walk_backing;
-using fence::xattr_at;
 
 // A progress bar on stderr, drawn at most every 100 ms; nothing at all when disabled.
 class Progress {
@@ -229,7 +229,7 @@ void Verify::scan() {
         scanned++;
         bar.tick(scanned);
         char buf[256];
-        ssize_t n = xattr_at(e.dir_fd, e.name, kStampXattr, buf, sizeof buf);
+        ssize_t n = entry_xattr(e, kStampXattr, buf, sizeof buf);
         if (n < 0) {
           if (errno == ENODATA || errno == ENOTSUP) {
             unstamped++;
@@ -259,6 +259,11 @@ void Verify::scan() {
           unreadable++;
           warnings.push_back(fmt::format("{}: {}", rel, common::errstr(err)));
         }
+      },
+      [&](const std::string& rel) {
+        warnings.push_back(fmt::format(
+            "{}: a FUSE filesystem that a user mounted, not checked: its stamps are no evidence",
+            rel));
       });
   bar.clear();
 }

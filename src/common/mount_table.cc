@@ -25,13 +25,14 @@ std::optional<bool> any_mount(const std::string& table, const std::function<bool
 }
 
 bool on_user_fuse(int fd) {
-  constexpr long kFuseSuperMagic = 0x65735546;  // fuse and fuseblk alike
+  constexpr long kFuseSuperMagic = 0x65735546;  // fuse, fuseblk and virtiofs alike
   struct statfs sf;
+  // A user's FUSE daemon may fail its STATFS: not knowing is not trusting.
   if (fstatfs(fd, &sf) != 0) return true;
   if (sf.f_type != kFuseSuperMagic) return false;
   struct stat st;
   if (fstat(fd, &st) != 0) return true;
-  bool root = false;
+  bool user = true;  // not found, or no table: not trusted
   std::string error;
   any_mount(
       "/proc/self/mountinfo",
@@ -39,12 +40,13 @@ bool on_user_fuse(int fd) {
         if (mnt_fs_get_devno(fs) != st.st_dev) return false;
         char* uid = nullptr;
         size_t len = 0;
-        root = mnt_fs_get_option(fs, "user_id", &uid, &len) == 0 && uid &&
-               std::string_view(uid, len) == "0";
+        // Every fuse and fuseblk mount names its user; virtiofs, which only root mounts, none.
+        bool named = mnt_fs_get_option(fs, "user_id", &uid, &len) == 0 && uid;
+        user = named && std::string_view(uid, len) != "0";
         return true;
       },
       &error);
-  return !root;
+  return user;
 }
 
 }  // namespace fencefs::common

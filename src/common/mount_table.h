@@ -16,8 +16,9 @@ std::optional<bool> any_mount(const std::string& table, const std::function<bool
                               std::string* error);
 
 // Whether the filesystem of `fd` (O_PATH included) is a FUSE mount that a user other than root
-// made (its user_id), or may be: its daemon answers every xattr, trusted.* included, as that
-// user likes. A stamp there is no evidence of anything.
+// made (its user_id), or may be (it cannot be told): its daemon answers every xattr, trusted.*
+// included, as that user likes. A stamp there is no evidence of anything. Trust goes by who
+// mounted: a mount root made, whatever serves it, counts.
 bool on_user_fuse(int fd);
 
 }  // namespace fencefs::common

@@ -169,10 +169,12 @@ BindingStore::Restored BindingStore::restore(fence::Bindings& bindings,
   }
   for (const auto& [key, domains] : saved) {
     auto [pid, start, ino] = key;
-    Identity now;
-    bool same = identity_of(pid, &now) && now.start_time == start && now.pidfs_ino == ino;
+    auto same = [pid = pid, start = start, ino = ino] {
+      Identity now;
+      return identity_of(pid, &now) && now.start_time == start && now.pidfs_ino == ino;
+    };
     for (const auto& [domain, s] : domains) {
-      if (same && domain_exists(domain) && bindings.restore(pid, domain, s.token, s.earlier) == 0)
+      if (domain_exists(domain) && bindings.restore(pid, domain, s.token, s.earlier, same) == 0)
         r.restored++;
       else
         r.dropped++;

@@ -19,26 +19,30 @@
 namespace fencefs::fence {
 
 void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
-                  const std::function<void(const std::string&, int)>& on_error) {
-  // Per device below the root's: whether it is not a FUSE mount a user made (whose files say
-  // what that user likes, stamps included: common::on_user_fuse).
-  std::map<dev_t, bool> kept;
-  dev_t root_dev = 0;
-  auto keep = [&](int dir_fd, const char* name, dev_t dev) {
-    if (dev == root_dev) return true;
-    auto [it, fresh] = kept.try_emplace(dev, false);
-    if (fresh) {
-      int fd = openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-      it->second = fd >= 0 && !common::on_user_fuse(fd);
-      if (fd >= 0) ::close(fd);
-    }
-    return it->second;
+                  const std::function<void(const std::string&, int)>& on_error,
+                  const std::function<void(const std::string&)>& on_skipped) {
+  // Per device below the root's: whether it is walked (not a FUSE mount a user made, whose files
+  // say what that user likes, stamps included), and a descriptor that keeps its superblock, so
+  // that its number cannot be given to another mount during the walk.
+  struct Device {
+    bool walked;
+    int pin;
   };
-  std::function<void(int, const std::string&)> rec = [&](int fd, const std::string& rel) {
-    DIR* d = fdopendir(fd);
+  std::map<dev_t, Device> devices;
+  dev_t root_dev = 0;
+  auto walked = [&](int fd, dev_t dev) {
+    if (dev == root_dev) return true;
+    auto it = devices.find(dev);
+    if (it == devices.end())
+      it = devices.emplace(dev, Device{!common::on_user_fuse(fd), fcntl(fd, F_DUPFD_CLOEXEC, 0)})
+               .first;
+    return it->second.walked;
+  };
+  std::function<void(int, const std::string&)> rec = [&](int dfd, const std::string& rel) {
+    DIR* d = fdopendir(dfd);
     if (!d) {
       on_error(rel.empty() ? "/" : rel, errno);
-      ::close(fd);
+      ::close(dfd);
       return;
     }
     std::vector<std::string> names;
@@ -49,23 +53,26 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
     }
     std::sort(names.begin(), names.end());
     for (const std::string& n : names) {
+      std::string child = rel + "/" + n;
+      int fd = openat(dirfd(d), n.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
       struct stat st;
-      if (fstatat(dirfd(d), n.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno != ENOENT) on_error(rel + "/" + n, errno);
+      if (fd < 0 || fstat(fd, &st) != 0) {
+        if (errno != ENOENT) on_error(child, errno);
+        if (fd >= 0) ::close(fd);
         continue;
       }
-      std::string child = rel + "/" + n;
-      if (!keep(dirfd(d), n.c_str(), st.st_dev)) continue;
-      if (S_ISDIR(st.st_mode)) {
-        int cfd = openat(dirfd(d), n.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (cfd < 0) {
-          if (errno != ENOENT) on_error(child, errno);
-          continue;
-        }
-        rec(cfd, child);
+      if (!walked(fd, st.st_dev)) {
+        if (on_skipped) on_skipped(child);
+      } else if (S_ISDIR(st.st_mode)) {
+        int cfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (cfd < 0)
+          on_error(child, errno);
+        else
+          rec(cfd, child);
       } else if (S_ISREG(st.st_mode)) {
-        on_file(ScanEntry{child, dirfd(d), n.c_str(), st});
+        on_file(ScanEntry{child, fd, st});
       }
+      ::close(fd);
     }
     closedir(d);
   };
@@ -78,11 +85,13 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
   }
   root_dev = st.st_dev;
   rec(fd, "");
+  for (auto& [dev, device] : devices)
+    if (device.pin >= 0) ::close(device.pin);
 }
 
-ssize_t xattr_at(int dir_fd, const char* name, const char* key, char* buf, size_t size) {
-  std::string p = "/proc/self/fd/" + std::to_string(dir_fd) + "/" + name;
-  return lgetxattr(p.c_str(), key, buf, size);
+ssize_t entry_xattr(const ScanEntry& e, const char* key, char* buf, size_t size) {
+  std::string p = "/proc/self/fd/" + std::to_string(e.fd);
+  return getxattr(p.c_str(), key, buf, size);
 }
 
 std::map<std::string, uint64_t> read_highwater(const std::string& backing, int* err) {
@@ -104,7 +113,7 @@ StampScan scan_stamps(const std::string& backing) {
       backing,
       [&](const ScanEntry& e) {
         char buf[256];
-        ssize_t n = xattr_at(e.dir_fd, e.name, kStampXattr, buf, sizeof buf);
+        ssize_t n = entry_xattr(e, kStampXattr, buf, sizeof buf);
         if (n <= 0) return;
         if (auto s = decode_stamp(std::string_view(buf, static_cast<size_t>(n)))) {
           out.highest = std::max(out.highest, s->epoch);

@@ -14,20 +14,21 @@ namespace fencefs::fence {
 
 struct ScanEntry {
   const std::string& rel;  // "/a/b" relative to BACKING
-  int dir_fd;              // the directory holding it
-  const char* name;
+  int fd;                  // O_PATH of the file itself, which `st` describes
   const struct stat& st;
 };
 
 // Depth-first, in name order, over the regular files below `root`, skipping the state directory
-// (.fencefs) at its top and FUSE mounts that users made (common::on_user_fuse). Directories that
+// (.fencefs) at its top. Each entry is opened (O_PATH) before it is judged, so what is read of it
+// is what was judged, even if something is mounted over its name meanwhile. FUSE mounts that
+// users made (common::on_user_fuse) are not walked: on_skipped gets their paths. Directories that
 // cannot be read go to on_error ("/" for root itself) and are skipped.
 void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
-                  const std::function<void(const std::string&, int)>& on_error);
+                  const std::function<void(const std::string&, int)>& on_error,
+                  const std::function<void(const std::string&)>& on_skipped = {});
 
-// Reads an xattr of entry `name` below an open directory without following symlinks or opening
-// the file.
-ssize_t xattr_at(int dir_fd, const char* name, const char* key, char* buf, size_t size);
+// Reads an xattr of a scanned file through its descriptor, never its name.
+ssize_t entry_xattr(const ScanEntry& e, const char* key, char* buf, size_t size);
 
 // BACKING's high-water copy (domain path -> epoch); empty when it has none. *err: errno of a
 // failed read (0 when read or absent).

@@ -68,6 +68,15 @@ int Bindings::bind(pid_t tid, uint32_t domain, Epoch token) {
   // The caller is inside its write(2), so its thread group cannot be recycled meanwhile.
   uint64_t id = process_id(who->tgid);
   if (id == 0) return ESRCH;
+  {
+    // The same token again changes nothing: no floor, no new generation, no record.
+    common::ReaderLock lk(mu_);
+    auto it = bindings_.find(who->tgid);
+    if (it != bindings_.end() && it->second.id == id) {
+      auto cur = it->second.tokens.find(domain);
+      if (cur != it->second.tokens.end() && cur->second == token) return 0;
+    }
+  }
   // Every process made before this point has a lower id: the children the caller has already.
   uint64_t floor = procs_.id_floor();
   if (floor == 0) return EAGAIN;
@@ -130,9 +139,14 @@ uint64_t Bindings::process_id(pid_t tgid) {
 }
 
 int Bindings::restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
-                      std::vector<Superseded> earlier) {
-  uint64_t id = process_id(pid);
-  if (id == 0) return ESRCH;
+                      std::vector<Superseded> earlier, const std::function<bool()>& same) {
+  // `same` judged while a handle holds the process: alive after it, it was the one judged.
+  int h = procs_.open(pid, false);
+  if (h < 0) return ESRCH;
+  bool ok = (!same || same()) && !procs_.any_exited(&h, 1);
+  uint64_t id = procs_.id(h);
+  procs_.close(h);
+  if (!ok || id == 0) return ESRCH;
   auto who = procs_.identity(pid);
   if (!who || who->tgid != pid) return ESRCH;
   common::WriterLock lk(mu_);

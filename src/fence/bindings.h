@@ -78,9 +78,9 @@ class Bindings {
   // The binding of the live thread group of `tid`, as list(true) shows it.
   std::optional<Entry> find(pid_t tid);
   // Sets a process's binding for a domain as a daemon before a restart left it (token nullopt:
-  // none now), once the caller made sure it is the same process. ESRCH if it is gone.
+  // none now), if `same` says pid is still that process. ESRCH if it is gone or not the same.
   int restore(pid_t pid, uint32_t domain, std::optional<Epoch> token,
-              std::vector<Superseded> earlier);
+              std::vector<Superseded> earlier, const std::function<bool()>& same = {});
 
   // Handles held by the resolution cache (for tests and metrics).
   size_t cached_handles() const;

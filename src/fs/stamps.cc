@@ -40,8 +40,10 @@ bool Fs::stamps_count(const Inode& i, int fd) {
   if (i.dev == root_.dev || !common::on_user_fuse(fd >= 0 ? fd : i.fd.load())) return true;
   common::MutexLock lk(untrusted_mu_);
   if (untrusted_said_.insert(i.dev).second)
-    log::warn("stamps on {} are not evidence: a FUSE filesystem that a user mounted",
-              fence_.describe({i.fd, nullptr}));
+    log::warn(
+        "stamps on {} are not evidence: a FUSE filesystem that a user mounted (or one "
+        "that cannot be told from one)",
+        fence_.describe({i.fd, nullptr}));
   return false;
 }
 

@@ -1183,6 +1183,12 @@ TEST(Hardening, AStampOnAFuseMountAUserMadeIsNoEvidence) {
   // A new state over this tree starts at the highest epoch that is evidence: 2, the advance's
   // (BACKING's high-water copy), not the forged one.
   ASSERT_EQ(0, m.unmount());
+  // fencectl verify does not take it either, and says what it did not check.
+  std::string verify = sh_out(std::string(FENCECTL_BIN) + " verify '" + m.backing() + "' 2>&1");
+  EXPECT_NE(std::string::npos, verify.find("/theirs: a FUSE filesystem that a user mounted, not "
+                                           "checked"))
+      << verify;
+  EXPECT_EQ(std::string::npos, verify.find("999999")) << verify;
   ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "'"));
   ASSERT_EQ(-1000, m.try_mount({"--init"})) << m.daemon_log();
   n = getxattr(m.mnt().c_str(), "user.fencefs.epoch", buf, sizeof buf);

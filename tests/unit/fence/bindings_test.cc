@@ -223,6 +223,8 @@ TEST(Bindings, UnboundWithHistoryIsNotListedAndRestores) {
   EXPECT_EQ(4u, again.resolve(job, 0));
   EXPECT_EQ(0u, again.resolve(p.spawn(shell), 0));
   EXPECT_EQ(ESRCH, again.restore(12345, 0, 1, {}));
+  EXPECT_EQ(ESRCH, again.restore(shell, 1, 3, {}, [] { return false; })) << "not the same one";
+  EXPECT_EQ(0u, again.resolve(p.spawn(shell), 1));
 }
 
 // A process with a dead binder's pid unbinds nothing of it, and finds nothing of it: the dead
@@ -264,6 +266,7 @@ TEST(Bindings, NoOrderNoChange) {
   pid_t shell = p.spawn(1);
   ASSERT_EQ(0, b.bind(shell, 0, 1));
   size_t calls = p.floor_calls();
+  EXPECT_EQ(0, b.bind(shell, 0, 1)) << "the same token again: nothing to order";
   EXPECT_EQ(ENOENT, b.unbind(shell, 1));
   EXPECT_EQ(ENOENT, b.unbind(p.spawn(1), 0));
   EXPECT_EQ(calls, p.floor_calls());
