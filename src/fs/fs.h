@@ -247,7 +247,7 @@ class Fs {
   // Whether a stamp read on i's filesystem is evidence: not on a FUSE mount a user made.
   bool stamps_count(const Inode& i, int fd);
   common::Mutex untrusted_mu_;
-  std::set<dev_t> untrusted_said_ GUARDED_BY(untrusted_mu_);  // devices already logged
+  std::set<dev_t> untrusted_said_ GUARDED_BY(untrusted_mu_);  // logged (at most 16)
   // st: the file now (fd, or i.fd when fd is -1), read under the same lock. first: only if the
   // file carries no stamp yet (another member of a cluster may have stamped it since).
   void stamp_locked(Inode& i, int fd, Epoch e, const Domain& d, const struct stat& st,

@@ -39,7 +39,8 @@ bool Fs::stamps_count(const Inode& i, int fd) {
   // lock the domain as a rollback. BACKING's own root is the operator's choice.
   if (i.dev == root_.dev || !common::on_user_fuse(fd >= 0 ? fd : i.fd.load())) return true;
   common::MutexLock lk(untrusted_mu_);
-  if (untrusted_said_.insert(i.dev).second)
+  // Said once per device, for the first few: a user mounting ever new ones floods nothing.
+  if (untrusted_said_.size() < 16 && untrusted_said_.insert(i.dev).second)
     log::warn(
         "stamps on {} are not evidence: a FUSE filesystem that a user mounted (or one "
         "that cannot be told from one)",
