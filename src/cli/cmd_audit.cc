@@ -36,7 +36,6 @@
 #include "common/json.h"
 #include "common/path.h"
 #include "common/proc.h"
-#include "fence/highwater.h"
 #include "fence/stamp.h"
 #include "journal/file_layer.h"
 #include "journal/journal.h"

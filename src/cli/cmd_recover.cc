@@ -41,7 +41,6 @@
 #include "common/path.h"
 #include "common/proc.h"
 #include "fence/backing_scan.h"
-#include "fence/highwater.h"
 #include "fence/stamp.h"
 #include "journal/file_layer.h"
 #include "journal/journal.h"
@@ -209,16 +208,14 @@ std::string result_json(const std::string& dir, uint64_t floor, int rc, uint64_t
   return out;
 }
 
-// Domains that BACKING's high-water copy names and the recovered state lacks: declared in the
+// Domains that BACKING's high-water copies name and the recovered state lacks: declared in the
 // discarded part of the journal. Their trees now belong to the enclosing domain.
-void lost_domains(const std::string& backing, const std::vector<journal::DomainRecord>& after,
-                  uint64_t floor, std::vector<std::string>* warnings) {
-  char buf[65536];
-  ssize_t n = getxattr(backing.c_str(), fence::HighWater::kXattr, buf, sizeof buf);
-  if (n <= 0) return;
+void lost_domains(const std::map<std::string, uint64_t>& highwater,
+                  const std::vector<journal::DomainRecord>& after, uint64_t floor,
+                  std::vector<std::string>* warnings) {
   std::set<std::string> kept;
   for (auto& d : after) kept.insert(d.path);
-  for (auto& [path, epoch] : fence::HighWater::decode(std::string_view(buf, n))) {
+  for (auto& [path, epoch] : highwater) {
     if (kept.count(path)) continue;
     warnings->push_back(fmt::format(
         "domain {} (epoch {} in BACKING's high-water copy) is not in the recovered state: it was "
@@ -280,9 +277,10 @@ int cmd_recover(const Args& args) {
     backing = dir.substr(0, dir.size() - 9);
   uint64_t highest = 0;
   if (rc == 0 && !backing.empty() && has_cap_sys_admin()) {
-    lost_domains(backing, after, floor, &warnings);
     raise_fd_limit();
-    highest = fence::scan_stamps(backing).highest;
+    fence::StampScan scan = fence::scan_stamps(backing);
+    lost_domains(scan.highwater, after, floor, &warnings);
+    highest = scan.highest;
     uint64_t lowest = UINT64_MAX;
     for (auto& d : after) lowest = std::min(lowest, d.epoch);
     if (highest > floor && !after.empty() && highest > lowest)

@@ -297,7 +297,9 @@ void Verify::merge_live_epochs() {
 // 3. BACKING's high-water copy of every domain's epoch.
 void Verify::check_highwater() {
   int hwerr = 0;
-  for (auto& [path, hw] : fence::read_highwater(backing, &hwerr)) {
+  std::vector<std::string> paths;
+  for (const DomainEpoch& d : domains) paths.push_back(d.path);
+  for (auto& [path, hw] : fence::read_highwater(backing, paths, &hwerr)) {
     auto it = std::find_if(domains.begin(), domains.end(),
                            [&p = path](const DomainEpoch& x) { return x.path == p; });
     if (it == domains.end()) {

@@ -20,7 +20,8 @@ namespace fencefs::fence {
 
 void walk_backing(const std::string& root, const std::function<void(const ScanEntry&)>& on_file,
                   const std::function<void(const std::string&, int)>& on_error,
-                  const std::function<void(const std::string&)>& on_skipped) {
+                  const std::function<void(const std::string&)>& on_skipped,
+                  const std::function<void(const ScanEntry&)>& on_dir) {
   // Per device below the root's: whether it is walked (not a FUSE mount a user made, whose files
   // say what that user likes, stamps included), and a descriptor that keeps its superblock, so
   // that its number cannot be given to another mount during the walk.
@@ -64,6 +65,7 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
       if (!walked(fd, st.st_dev)) {
         if (on_skipped) on_skipped(child);
       } else if (S_ISDIR(st.st_mode)) {
+        if (on_dir) on_dir(ScanEntry{child, fd, st});
         int cfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (cfd < 0)
           on_error(child, errno);
@@ -94,21 +96,22 @@ ssize_t entry_xattr(const ScanEntry& e, const char* key, char* buf, size_t size)
   return getxattr(p.c_str(), key, buf, size);
 }
 
-std::map<std::string, uint64_t> read_highwater(const std::string& backing, int* err) {
-  char buf[65536];
-  ssize_t n = lgetxattr(backing.c_str(), HighWater::kXattr, buf, sizeof buf);
-  *err = n < 0 && errno != ENODATA && errno != ENOTSUP ? errno : 0;
-  if (n <= 0) return {};
-  return HighWater::decode(std::string_view(buf, static_cast<size_t>(n)));
+std::map<std::string, uint64_t> read_highwater(const std::string& backing,
+                                               const std::vector<std::string>& domains, int* err) {
+  int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    return {};
+  }
+  auto m = HighWater::read(fd, domains, err);
+  ::close(fd);
+  return m;
 }
 
 StampScan scan_stamps(const std::string& backing) {
   StampScan out;
   int err = 0;
-  for (auto& [p, e] : read_highwater(backing, &err)) {
-    out.highest = std::max(out.highest, e);
-    out.highwater_marks++;
-  }
+  out.highwater = read_highwater(backing, {}, &err);
   walk_backing(
       backing,
       [&](const ScanEntry& e) {
@@ -120,7 +123,17 @@ StampScan scan_stamps(const std::string& backing) {
           out.stamped_files++;
         }
       },
-      [](const std::string&, int) {});
+      [](const std::string&, int) {}, {},
+      [&](const ScanEntry& e) {
+        char buf[4096];
+        ssize_t n = entry_xattr(e, HighWater::kXattr, buf, sizeof buf);
+        if (n <= 0) return;
+        auto own = HighWater::decode(std::string_view(buf, static_cast<size_t>(n)));
+        if (auto it = own.find(e.rel); it != own.end())
+          out.highwater[e.rel] = std::max(out.highwater[e.rel], it->second);
+      });
+  for (auto& [p, e] : out.highwater) out.highest = std::max(out.highest, e);
+  out.highwater_marks = out.highwater.size();
   return out;
 }
 

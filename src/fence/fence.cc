@@ -28,7 +28,9 @@ Fence::Fence(Config cfg, DomainTable& domains, journal::StateStore& store, audit
 std::vector<std::string> Fence::check_rollback() {
   std::vector<std::string> out;
   if (!highwater_) return out;
-  auto marks = highwater_->load();
+  std::vector<std::string> paths;
+  for (Domain* d : domains_.all()) paths.push_back(d->path);
+  auto marks = highwater_->load(paths);
   for (Domain* d : domains_.all()) {
     auto it = marks.find(d->path);
     if (it == marks.end() || it->second <= d->epoch.load()) continue;

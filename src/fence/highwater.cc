@@ -1,5 +1,9 @@
 #include "fence/highwater.h"
 
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -10,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/mount_table.h"
 
 namespace fencefs::fence {
 
@@ -53,10 +58,90 @@ void HighWater::write_locked() {
   // higher of theirs and ours, so a member that lags never lowers what another recorded.
   loaded_ = false;
   load_locked();
+  // Each domain's own copy first: the root's may then leave out what they hold.
+  for (auto& [path, e] : cur_) {
+    if (path == "/") continue;
+    auto it = own_.find(path);
+    if (it != own_.end() && it->second >= e) continue;
+    Epoch written = e;
+    if (write_own(path, &written)) own_[path] = written;
+  }
   std::string v = encode(cur_);
-  if (fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0)
-    log::warn("cannot record high-water mark in BACKING: {}", common::errstr(errno));
+  int err = fsetxattr(fd_, kXattr, v.data(), v.size(), 0) == 0 ? 0 : errno;
+  if (err == ENOSPC || err == E2BIG || err == ERANGE) {
+    std::map<std::string, Epoch> rest;
+    for (auto& [path, e] : cur_) {
+      auto it = own_.find(path);
+      if (path == "/" || it == own_.end() || it->second < e) rest.emplace(path, e);
+    }
+    v = encode(rest);
+    err = fsetxattr(fd_, kXattr, v.data(), v.size(), 0) == 0 ? 0 : errno;
+  }
+  if (err && err != last_err_)
+    log::warn("cannot record high-water mark in BACKING: {}", common::errstr(err));
+  last_err_ = err;
   dirty_ = false;
+}
+
+namespace {
+
+int open_beneath(int root_fd, const std::string& domain) {
+  open_how how{};
+  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, root_fd, domain.c_str() + 1, &how, sizeof how));
+}
+
+// A domain root's own copy, opened beneath root_fd; -1 when it cannot be, or when what is there
+// is a FUSE mount a user made (whose xattrs say what that user likes).
+int open_own(int root_fd, const std::string& domain) {
+  int fd = open_beneath(root_fd, domain);
+  if (fd < 0) return -1;
+  struct stat rst, st;
+  if (fstat(root_fd, &rst) != 0 || fstat(fd, &st) != 0 ||
+      (st.st_dev != rst.st_dev && common::on_user_fuse(fd))) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+Epoch HighWater::own_copy(int dir, const std::string& domain) {
+  char buf[4096];
+  ssize_t n = fgetxattr(dir, kXattr, buf, sizeof buf);
+  if (n <= 0) return 0;
+  auto m = decode(std::string_view(buf, static_cast<size_t>(n)));
+  auto it = m.find(domain);
+  return it == m.end() ? 0 : it->second;
+}
+
+bool HighWater::write_own(const std::string& domain, Epoch* epoch) {
+  int fd = open_own(fd_, domain);
+  if (fd < 0) return false;
+  *epoch = std::max(*epoch, own_copy(fd, domain));
+  std::string v = encode({{domain, *epoch}});
+  bool ok = fsetxattr(fd, kXattr, v.data(), v.size(), 0) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::map<std::string, Epoch> HighWater::read(int root_fd, const std::vector<std::string>& domains,
+                                             int* err) {
+  std::map<std::string, Epoch> m;
+  char buf[65536];
+  ssize_t n = fgetxattr(root_fd, kXattr, buf, sizeof buf);
+  *err = n < 0 && errno != ENODATA && errno != ENOTSUP ? errno : 0;
+  if (n > 0) m = decode(std::string_view(buf, static_cast<size_t>(n)));
+  for (const std::string& d : domains) {
+    if (d.size() < 2 || d[0] != '/') continue;
+    int fd = open_own(root_fd, d);
+    if (fd < 0) continue;
+    if (Epoch e = own_copy(fd, d); e > 0) m[d] = std::max(m[d], e);
+    ::close(fd);
+  }
+  return m;
 }
 
 std::string HighWater::encode(const std::map<std::string, Epoch>& m) {
@@ -95,9 +180,11 @@ void HighWater::load_locked() {
   loaded_ = true;
 }
 
-std::map<std::string, Epoch> HighWater::load() {
+std::map<std::string, Epoch> HighWater::load(const std::vector<std::string>& domains) {
   common::MutexLock lk(mu_);
   load_locked();
+  int err = 0;
+  for (auto& [path, e] : read(fd_, domains, &err)) cur_[path] = std::max(cur_[path], e);
   return cur_;
 }
 

@@ -1,6 +1,7 @@
 // Durable epochs end to end: epochs survive kill -9 under load, fsync failures fail closed, and a
 // state restored from an older copy is caught.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
@@ -218,6 +219,66 @@ TEST(Durability, RestoredOlderStateIsCaught) {
   EXPECT_EQ(ESTALE, in_child([&] { return m.ctl("bind / 4"); }));
 }
 
+// Every domain's epoch in one xattr of BACKING's root stopped being written past some 50 domains
+// on ext4, which keeps all of an inode's xattrs in one 4 KiB block: a state restored from an
+// older copy was then not caught for any domain, not even "/".
+TEST(Durability, RestoredOlderStateIsCaughtWithManyDomains) {
+  char tmpl[] = "/tmp/fencefs-hwm-XXXXXX";
+  std::string dir = mkdtemp(tmpl), img = dir + "/disk.img";
+  ASSERT_EQ(0, sh("truncate -s 32M " + img + " && mkfs.ext4 -q -F -I 256 " + img));
+  struct Cleanup {  // after the Mount: its BACKING is unmounted before the tree is removed
+    std::string dir, backing, root;
+    ~Cleanup() {
+      if (!backing.empty()) sh("umount '" + backing + "' 2>/dev/null");
+      if (!root.empty()) sh("rm -rf '" + root + "'");
+      sh("rm -rf '" + dir + "'");
+    }
+  } cleanup{dir, "", ""};
+  constexpr int kDomains = 80;
+  auto domain = [](int i) { return fmt::format("/{:0>60}", i); };  // 61 characters
+  bool prepared = true;
+  Mount m({}, [&](const std::string& b) {
+    cleanup.backing = b;
+    prepared = sh("mount -o loop '" + img + "' '" + b + "'") == 0;
+    for (int i = 0; i < kDomains && prepared; i++)
+      prepared = ::mkdir((b + domain(i)).c_str(), 0755) == 0;
+  });
+  cleanup.root = m.root();
+  ASSERT_TRUE(prepared) << "loop devices are needed for this test";
+  ASSERT_TRUE(m.mounted()) << m.daemon_log();
+  for (int i = 0; i < kDomains; i++) ASSERT_EQ(0, m.ctl("domain add " + domain(i))) << i;
+  ASSERT_EQ(0, m.unmount());
+  std::string old_state = dir + "/old-state";
+  ASSERT_EQ(0, sh("cp -a '" + m.bpath(".fencefs") + "' '" + old_state + "'"));
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  std::vector<std::string> all{"/"};
+  for (int i = 0; i < kDomains; i++) all.push_back(domain(i));
+  for (const std::string& d : all)
+    ASSERT_EQ(0, in_child([&] { return m.ctl("advance " + d + " 5"); })) << d;
+  ASSERT_EQ(0, m.unmount());
+  ASSERT_EQ(0, sh("rm -rf '" + m.bpath(".fencefs") + "' && cp -a '" + old_state + "' '" +
+                  m.bpath(".fencefs") + "'"));
+  int st = 0;
+  std::string out = sh_out(std::string(FENCECTL_BIN) + " verify '" + m.backing() + "' 2>&1", &st);
+  EXPECT_NE(0, st) << out;
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  std::string log = m.daemon_log();
+  for (const std::string& d : all) {
+    EXPECT_NE(std::string::npos,
+              out.find("domain " + d + ": BACKING's high-water copy says epoch 5"))
+        << d;
+    EXPECT_NE(std::string::npos, log.find("rollback detected: domain " + d + " was at epoch 5"))
+        << d;
+  }
+  // Token 3 is above the restored epoch 0, but below what the copies recorded.
+  const std::string last = domain(kDomains - 1);
+  EXPECT_EQ(EIO, in_child([&] {
+              if (m.ctl("bind " + last + " 3")) return 1;
+              return E(mkdir(m.path(last.substr(1) + "/new").c_str(), 0755));
+            }));
+  EXPECT_EQ(EIO, in_child([&] { return m.ctl("advance / 4"); }));
+}
+
 TEST(Durability, RestoredOlderStateWithFloorStartsAboveIt) {
   Mount m;
   ASSERT_EQ(0, m.unmount());
@@ -288,6 +349,30 @@ TEST(Durability, HighWaterCopyIsNeverLoweredByAnotherWriter) {
   std::string hwm = sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir);
   EXPECT_EQ(hwm, "v1\n/ 7\n/x 2\n/y 1\n");
   sh("rm -rf " + dir);
+}
+
+// A domain root's own copy is written and read beneath BACKING's root, never through a symlink:
+// a directory elsewhere is neither given a copy nor taken for one.
+TEST(Durability, HighWaterOwnCopiesStayBeneathTheRoot) {
+  std::string dir = temp_dir("hwm3"), out = temp_dir("hwm3-out");
+  ASSERT_EQ(0, sh("mkdir '" + dir + "/a' && ln -s '" + out + "' '" + dir + "/b'"));
+  ASSERT_EQ(0, setxattr(out.c_str(), fencefs::fence::HighWater::kXattr, "v1\n/b 9\n", 8, 0));
+  int root = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(root, 0);
+  {
+    fencefs::fence::HighWater hw(::dup(root));
+    hw.record("/a", 3);
+    hw.record("/b", 4);
+  }
+  EXPECT_EQ("v1\n/a 3\n", sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir + "/a"));
+  EXPECT_EQ("v1\n/b 9\n", sh_out("getfattr --only-values -n trusted.fencefs.hwm " + out));
+  int err = -1;
+  auto m = fencefs::fence::HighWater::read(root, {"/a", "/b"}, &err);
+  EXPECT_EQ(0, err);
+  EXPECT_EQ(3u, m["/a"]);
+  EXPECT_EQ(4u, m["/b"]);  // the root's copy, not the 9 found through the symlink
+  ::close(root);
+  sh("rm -rf '" + dir + "' '" + out + "'");
 }
 
 // Stamps are xattrs of BACKING's files: whether they can be written is a question for BACKING's
