@@ -220,9 +220,10 @@ void lost_domains(const std::map<std::string, uint64_t>& highwater,
     warnings->push_back(fmt::format(
         "domain {} (epoch {} in BACKING's high-water copy) is not in the recovered state: it was "
         "declared in the part of the journal that was discarded, and its tree now belongs to "
-        "the enclosing domain. Declared again, it would start at epoch 0: mount, declare it "
-        "(fencectl domain add) and advance it to {} before any job uses it",
-        path, epoch, std::max<uint64_t>(epoch + 1, floor)));
+        "the enclosing domain. Declared again, it starts at epoch 0 and refuses tokens below {} "
+        "(the copy may lag the lost journal): mount, declare it (fencectl domain add) and "
+        "advance it to {} before any job uses it",
+        path, epoch, epoch, std::max<uint64_t>(epoch + 1, floor)));
   }
 }
 

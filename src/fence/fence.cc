@@ -420,6 +420,18 @@ int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std:
   }
   domains_.add(id, rel, 0, std::move(place));
   *why = fmt::format("domain {} declared at epoch 0", rel);
+  // Declared before and lost with a discarded part of the journal (recover): a token the old
+  // domain refused must not pass the new one.
+  if (Epoch mark = highwater_ ? highwater_->load({rel})[rel] : 0; mark > 0) {
+    Domain* d = domains_.by_path(rel);
+    Epoch seen = d->max_stamp.load();
+    while (mark > seen && !d->max_stamp.compare_exchange_weak(seen, mark)) {
+    }
+    *why += fmt::format(
+        "; BACKING's high-water copy says {} was at epoch {} before: tokens below {} are refused "
+        "(EIO, rollback) until it is advanced to {} or above",
+        rel, mark, mark, mark);
+  }
   if (authority_ && announce) return authority_->declare(rel, 0, why);
   return 0;
 }

@@ -1495,6 +1495,20 @@ TEST(FencectlRecover, NamesDomainsTheDiscardedJournalDeclared) {
   for (auto& w : v->get("warnings")->arr) all += w.as_string() + "\n";
   EXPECT_NE(std::string::npos, all.find("domain /d ")) << all;
   EXPECT_NE(std::string::npos, all.find("domain add")) << all;
+  // Declared again, /d does not start over: a token its old incarnation had refused is refused.
+  ASSERT_TRUE(m.remount()) << m.daemon_log();
+  std::string out = sh_out(ctl_cmd("domain add '" + m.path("d") + "' 2>&1"), &st);
+  EXPECT_EQ(0, st) << out;
+  EXPECT_NE(std::string::npos, out.find("was at epoch 4")) << out;
+  auto write_d = [&](uint64_t token) {
+    return in_child([&] {
+      if (m.ctl("bind /d " + std::to_string(token))) return 99;
+      int fd = open(m.path("d/f").c_str(), O_WRONLY | O_CREAT, 0644);
+      return fd < 0 ? errno : E(close(fd));
+    });
+  };
+  EXPECT_EQ(EIO, write_d(3));
+  EXPECT_EQ(0, write_d(4));
 }
 
 // recover writes the state's files as root, by name: a state directory that group or others may
