@@ -144,6 +144,7 @@ struct Verify {
   journal::CheckResult jr;
   std::vector<DomainEpoch> domains;
   std::vector<StampedFile> stamped_files;
+  std::map<std::string, uint64_t> own_marks;  // domain roots' own high-water copies
   uint64_t scanned = 0, stamped = 0, unstamped = 0, unreadable = 0;
   bool root_failed = false;
 
@@ -264,6 +265,9 @@ void Verify::scan() {
         warnings.push_back(fmt::format(
             "{}: a FUSE filesystem that a user mounted, not checked: its stamps are no evidence",
             rel));
+      },
+      [&](const ScanEntry& e) {
+        if (uint64_t mark = fence::own_mark(e)) own_marks[e.rel] = mark;
       });
   bar.clear();
 }
@@ -299,7 +303,9 @@ void Verify::check_highwater() {
   int hwerr = 0;
   std::vector<std::string> paths;
   for (const DomainEpoch& d : domains) paths.push_back(d.path);
-  for (auto& [path, hw] : fence::read_highwater(backing, paths, &hwerr)) {
+  auto marks = fence::read_highwater(backing, paths, &hwerr);
+  for (auto& [path, mark] : own_marks) marks[path] = std::max(marks[path], mark);
+  for (auto& [path, hw] : marks) {
     auto it = std::find_if(domains.begin(), domains.end(),
                            [&p = path](const DomainEpoch& x) { return x.path == p; });
     if (it == domains.end()) {

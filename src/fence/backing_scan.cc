@@ -96,6 +96,15 @@ ssize_t entry_xattr(const ScanEntry& e, const char* key, char* buf, size_t size)
   return getxattr(p.c_str(), key, buf, size);
 }
 
+uint64_t own_mark(const ScanEntry& e) {
+  char buf[4096];
+  ssize_t n = entry_xattr(e, HighWater::kOwnXattr, buf, sizeof buf);
+  if (n <= 0) return 0;
+  auto own = HighWater::decode(std::string_view(buf, static_cast<size_t>(n)));
+  auto it = own.find(e.rel);
+  return it == own.end() ? 0 : it->second;
+}
+
 std::map<std::string, uint64_t> read_highwater(const std::string& backing,
                                                const std::vector<std::string>& domains, int* err) {
   int fd = open(backing.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -125,13 +134,9 @@ StampScan scan_stamps(const std::string& backing) {
       },
       [](const std::string&, int) {}, {},
       [&](const ScanEntry& e) {
-        char buf[4096];
-        ssize_t n = entry_xattr(e, HighWater::kXattr, buf, sizeof buf);
-        if (n <= 0) return;
-        auto own = HighWater::decode(std::string_view(buf, static_cast<size_t>(n)));
-        if (auto it = own.find(e.rel); it != own.end())
-          out.highwater[e.rel] = std::max(out.highwater[e.rel], it->second);
+        if (uint64_t mark = own_mark(e); mark > out.highwater[e.rel]) out.highwater[e.rel] = mark;
       });
+  std::erase_if(out.highwater, [](const auto& kv) { return kv.second == 0; });
   for (auto& [p, e] : out.highwater) out.highest = std::max(out.highest, e);
   out.highwater_marks = out.highwater.size();
   return out;

@@ -33,6 +33,10 @@ void walk_backing(const std::string& root, const std::function<void(const ScanEn
 // Reads an xattr of a scanned file through its descriptor, never its name.
 ssize_t entry_xattr(const ScanEntry& e, const char* key, char* buf, size_t size);
 
+// The epoch a directory's own high-water copy gives it as a domain root (0: none, or a copy of
+// another path's: a directory moved around the mount).
+uint64_t own_mark(const ScanEntry& e);
+
 // BACKING's high-water copies (domain path -> epoch): its root's, and the own copies of
 // `domains`; empty when it has none. *err: errno of a failed read (0 when read or absent).
 std::map<std::string, uint64_t> read_highwater(const std::string& backing,

@@ -140,11 +140,13 @@ Domain* DomainTable::deepest(std::string_view rel) const {
   return best;
 }
 
-Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, dev_t dev, ino_t ino) {
+Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, dev_t dev, ino_t ino,
+                         Epoch max_stamp) {
   auto d = std::make_unique<Domain>();
   d->id = id;
   d->path = std::move(path);
   d->epoch = epoch;
+  d->max_stamp = max_stamp;
   d->dev = dev;
   d->ino = ino;
   Domain* raw = d.get();
@@ -156,16 +158,22 @@ Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, dev_t dev, 
   return raw;
 }
 
-Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, std::vector<PlaceStep> place) {
+Domain* DomainTable::add(uint32_t id, std::string path, Epoch epoch, std::vector<PlaceStep> place,
+                         Epoch max_stamp) {
   dev_t dev = place.empty() ? 0 : place.back().dev;
   ino_t ino = place.empty() ? 0 : place.back().ino;
-  Domain* d = add(id, std::move(path), epoch, dev, ino);
+  Domain* d = add(id, std::move(path), epoch, dev, ino, max_stamp);
   {
     common::WriterLock lk(mu_);
     d->place = std::move(place);
   }
   bump_generation();
   return d;
+}
+
+std::pair<dev_t, ino_t> DomainTable::root_of(const Domain& d) const {
+  common::ReaderLock lk(mu_);
+  return {d.dev, d.ino};
 }
 
 std::vector<Domain*> DomainTable::all() const {

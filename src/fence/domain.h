@@ -80,8 +80,13 @@ class DomainTable {
   // The deepest domain containing `rel` ("/a/b/c" relative to the mount root).
   Domain* deepest(std::string_view rel) const;
   // Domains are never removed, so pointers stay valid for the life of the table.
-  Domain* add(uint32_t id, std::string path, Epoch epoch, dev_t dev, ino_t ino);
-  Domain* add(uint32_t id, std::string path, Epoch epoch, std::vector<PlaceStep> place);
+  // max_stamp: set before the domain is visible (a mark it must not be admitted below).
+  Domain* add(uint32_t id, std::string path, Epoch epoch, dev_t dev, ino_t ino,
+              Epoch max_stamp = 0);
+  Domain* add(uint32_t id, std::string path, Epoch epoch, std::vector<PlaceStep> place,
+              Epoch max_stamp = 0);
+  // The identity of d's root directory (0, 0: missing).
+  std::pair<dev_t, ino_t> root_of(const Domain& d) const;
   std::vector<Domain*> all() const;
   uint32_t next_id() const;
   size_t size() const;

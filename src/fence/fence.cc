@@ -31,6 +31,12 @@ std::vector<std::string> Fence::check_rollback() {
   std::vector<std::string> paths;
   for (Domain* d : domains_.all()) paths.push_back(d->path);
   auto marks = highwater_->load(paths);
+  // Every domain's own copy written from the start (one missing would keep it in the root's).
+  for (Domain* d : domains_.all()) {
+    auto [dev, ino] = domains_.root_of(*d);
+    highwater_->note(d->path, d->epoch.load(), {dev, ino});
+  }
+  highwater_->flush();
   for (Domain* d : domains_.all()) {
     auto it = marks.find(d->path);
     if (it == marks.end() || it->second <= d->epoch.load()) continue;
@@ -418,20 +424,17 @@ int Fence::add_domain(const std::string& rel, std::vector<PlaceStep> place, std:
     *why = fmt::format("could not record domain {}: {}", rel, common::errstr(err));
     return err;
   }
-  domains_.add(id, rel, 0, std::move(place));
-  *why = fmt::format("domain {} declared at epoch 0", rel);
   // Declared before and lost with a discarded part of the journal (recover): a token the old
-  // domain refused must not pass the new one.
-  if (Epoch mark = highwater_ ? highwater_->load({rel})[rel] : 0; mark > 0) {
-    Domain* d = domains_.by_path(rel);
-    Epoch seen = d->max_stamp.load();
-    while (mark > seen && !d->max_stamp.compare_exchange_weak(seen, mark)) {
-    }
+  // domain refused must not pass the new one, from the moment it is visible.
+  Epoch mark = highwater_ ? highwater_->load({rel})[rel] : 0;
+  domains_.add(id, rel, 0, std::move(place), mark);
+  *why = fmt::format("domain {} declared at epoch 0", rel);
+  if (mark > 0)
     *why += fmt::format(
         "; BACKING's high-water copy says {} was at epoch {} before: tokens below {} are refused "
-        "(EIO, rollback) until it is advanced to {} or above",
-        rel, mark, mark, mark);
-  }
+        "(EIO, rollback) until it is advanced to {} or above (`advance {} {} force` when that is "
+        "more than max_jump)",
+        rel, mark, mark, mark, rel, mark);
   if (authority_ && announce) return authority_->declare(rel, 0, why);
   return 0;
 }

@@ -68,7 +68,10 @@ void Fence::end_raise(Domain& d, Epoch token, bool uncommitted, Epoch* acquired)
   d.epoch.store(token, std::memory_order_release);
   if (after_advance_) after_advance_(d, token);
   if (acquired) *acquired = token;
-  if (highwater_) highwater_->record(d.path, token);
+  if (highwater_) {
+    auto [dev, ino] = domains_.root_of(d);
+    highwater_->record(d.path, token, {dev, ino});
+  }
   d.advances.fetch_add(1, std::memory_order_relaxed);
   d.last_advance_unix_ns = now_ns();
 }

@@ -262,6 +262,9 @@ TEST(Durability, RestoredOlderStateIsCaughtWithManyDomains) {
   std::string out = sh_out(std::string(FENCECTL_BIN) + " verify '" + m.backing() + "' 2>&1", &st);
   EXPECT_NE(0, st) << out;
   ASSERT_TRUE(m.remount()) << m.daemon_log();
+  const std::string last = domain(kDomains - 1);
+  // Said before serving, and after the mount appears.
+  EXPECT_TRUE(wait_for_text(m.log_path(), "rollback detected: domain " + last));
   std::string log = m.daemon_log();
   for (const std::string& d : all) {
     EXPECT_NE(std::string::npos,
@@ -271,7 +274,6 @@ TEST(Durability, RestoredOlderStateIsCaughtWithManyDomains) {
         << d;
   }
   // Token 3 is above the restored epoch 0, but below what the copies recorded.
-  const std::string last = domain(kDomains - 1);
   EXPECT_EQ(EIO, in_child([&] {
               if (m.ctl("bind " + last + " 3")) return 1;
               return E(mkdir(m.path(last.substr(1) + "/new").c_str(), 0755));
@@ -351,26 +353,37 @@ TEST(Durability, HighWaterCopyIsNeverLoweredByAnotherWriter) {
   sh("rm -rf " + dir);
 }
 
-// A domain root's own copy is written and read beneath BACKING's root, never through a symlink:
-// a directory elsewhere is neither given a copy nor taken for one.
-TEST(Durability, HighWaterOwnCopiesStayBeneathTheRoot) {
+// A domain root's own copy is written only on that domain's directory, found beneath BACKING's
+// root and never through a symlink, and read back the same way: a directory elsewhere, or one
+// that took the domain's path, is neither given a copy nor taken for one.
+TEST(Durability, HighWaterOwnCopiesStayOnTheDomainsDirectory) {
+  using fencefs::fence::HighWater;
   std::string dir = temp_dir("hwm3"), out = temp_dir("hwm3-out");
-  ASSERT_EQ(0, sh("mkdir '" + dir + "/a' && ln -s '" + out + "' '" + dir + "/b'"));
-  ASSERT_EQ(0, setxattr(out.c_str(), fencefs::fence::HighWater::kXattr, "v1\n/b 9\n", 8, 0));
+  ASSERT_EQ(0, sh("mkdir '" + dir + "/a' '" + dir + "/c' && ln -s '" + out + "' '" + dir + "/b'"));
+  ASSERT_EQ(0, setxattr(out.c_str(), HighWater::kOwnXattr, "v1\n/b 9\n", 8, 0));
+  struct stat a, o;
+  ASSERT_EQ(0, stat((dir + "/a").c_str(), &a));
+  ASSERT_EQ(0, stat(out.c_str(), &o));
   int root = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   ASSERT_GE(root, 0);
   {
-    fencefs::fence::HighWater hw(::dup(root));
-    hw.record("/a", 3);
-    hw.record("/b", 4);
+    HighWater hw(::dup(root));
+    hw.record("/a", 3, {a.st_dev, a.st_ino});
+    hw.record("/b", 4, {o.st_dev, o.st_ino});  // the symlink's target: not followed
+    hw.record("/c", 5, {a.st_dev, a.st_ino});  // not the directory at /c
   }
-  EXPECT_EQ("v1\n/a 3\n", sh_out("getfattr --only-values -n trusted.fencefs.hwm " + dir + "/a"));
-  EXPECT_EQ("v1\n/b 9\n", sh_out("getfattr --only-values -n trusted.fencefs.hwm " + out));
+  auto own = [](const std::string& path) {
+    return sh_out("getfattr --only-values -n trusted.fencefs.hwm.own '" + path + "' 2>/dev/null");
+  };
+  EXPECT_EQ("v1\n/a 3\n", own(dir + "/a"));
+  EXPECT_EQ("v1\n/b 9\n", own(out));
+  EXPECT_EQ("", own(dir + "/c"));
   int err = -1;
-  auto m = fencefs::fence::HighWater::read(root, {"/a", "/b"}, &err);
+  auto m = HighWater::read(root, {"/a", "/b", "/c"}, &err);
   EXPECT_EQ(0, err);
   EXPECT_EQ(3u, m["/a"]);
   EXPECT_EQ(4u, m["/b"]);  // the root's copy, not the 9 found through the symlink
+  EXPECT_EQ(5u, m["/c"]);
   ::close(root);
   sh("rm -rf '" + dir + "' '" + out + "'");
 }
