@@ -34,11 +34,6 @@ using fence::Domain;
 using fence::Epoch;
 using Millis = std::chrono::milliseconds;
 
-std::string random_id() {
-  std::random_device rd;
-  return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
-}
-
 bool valid_name(const std::string& s) {
   if (s.empty() || s.size() > 200) return false;
   for (char c : s)
@@ -119,72 +114,6 @@ void Cluster::audit(const char* op, const char* decision, const char* reason,
   e.epoch_after = after;
   e.message = message;
   fence_.audit(std::move(e), fence::Caller{getpid(), getuid(), getgid()});
-}
-
-// The cluster's identity: a random id created with the cluster and recorded by every member.
-// etcd without it (wiped, or restored from a snapshot older than the cluster) is refused.
-int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
-  std::string file = o_.state_dir + "/cluster";
-  std::string local;
-  if (int fd = common::anchored_open(file, O_RDONLY | O_CLOEXEC); fd >= 0) {
-    char buf[512];
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    ::close(fd);
-    local.assign(buf, n > 0 ? static_cast<size_t>(n) : 0);
-    local.resize(std::min(local.size(), local.find('\n')));
-  }
-  std::optional<etcd::KeyValue> kv;
-  etcd::Status s = c.get(prefix_ + "meta", &kv);
-  if (!s.ok()) {
-    *why = fmt::format("cluster {}: etcd: {}", o_.name, s.message);
-    return EIO;
-  }
-  std::string want = o_.name + " ";
-  if (!kv) {
-    if (!local.empty()) {
-      *why = fmt::format(
-          "cluster {}: etcd has no record of this cluster, but this member joined it before "
-          "({}): etcd was wiped or restored from a snapshot older than the cluster. Restore "
-          "etcd, or remove {} to found the cluster anew from this member's epochs",
-          o_.name, local, file);
-      return EIO;
-    }
-    etcd::TxnResult r;
-    etcd::Compare cmp{prefix_ + "meta", etcd::Compare::Target::kCreate,
-                      etcd::Compare::Result::kEqual};
-    s = c.txn({cmp}, {etcd::Op::Put(prefix_ + "meta", random_id())}, {}, &r);
-    if (s.ok()) s = c.get(prefix_ + "meta", &kv);
-    if (!s.ok() || !kv) {
-      *why = fmt::format("cluster {}: cannot create it in etcd: {}", o_.name, s.message);
-      return EIO;
-    }
-    log::info("cluster {}: {} the cluster (id {})", o_.name, r.succeeded ? "founded" : "joined",
-              kv->value);
-  }
-  std::string mine = want + kv->value;
-  if (local.empty()) {
-    std::string tmp = file + ".tmp";
-    int fd = common::anchored_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 &&
-              ::write(fd, (mine + "\n").data(), mine.size() + 1) ==
-                  static_cast<ssize_t>(mine.size() + 1) &&
-              ::fsync(fd) == 0;
-    if (fd >= 0) ::close(fd);
-    if (!ok || common::anchored_rename(tmp, file) != 0) {
-      *why = fmt::format("cluster {}: cannot record membership in {}: {}", o_.name, file,
-                         common::errstr(errno));
-      return EIO;
-    }
-    common::anchored_sync_dir(o_.state_dir);
-  } else if (local != mine) {
-    *why = fmt::format(
-        "cluster {}: this member's state belongs to '{}' but etcd holds '{}' (another cluster "
-        "of the same name, or a replaced etcd); refusing to mix them",
-        o_.name, local, mine);
-    return EIO;
-  }
-  (void)at_start;
-  return 0;
 }
 
 int Cluster::register_member(etcd::Client& c, std::string* why) {
@@ -341,6 +270,10 @@ void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resy
 
 int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
   if (int err = check_identity(c, false, why)) return err;
+  if (acks_lost_.exchange(false)) {
+    std::lock_guard lk(follow_mu_);
+    acked_.clear();
+  }
   std::vector<etcd::KeyValue> kvs;
   etcd::Status s = c.get_prefix(prefix_ + "epoch/", &kvs, revision);
   if (!s.ok()) {
@@ -360,13 +293,35 @@ int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
     apply(c, path, v, true);
   }
   // Domains this member knows and etcd does not (a new cluster, a domain declared here while
-  // etcd was away, or a restored etcd): declared at this member's epoch (epochs only rise).
+  // etcd was away, or a restored etcd): declared at this member's epoch (epochs only rise), as
+  // committed only where that is known: every member acknowledged it. Else pending, so that no
+  // member admits it before every member has followed it.
   for (Domain* d : fence_.domains().all()) {
     if (seen.count(d->path)) continue;
+    Epoch e = d->epoch.load();
+    bool proven = e == 0 || founded_;
+    {
+      std::lock_guard lk(follow_mu_);
+      auto it = committed_.find(d->path);
+      proven = proven || (d->uncommitted.load() == 0 && it != committed_.end() && it->second >= e);
+    }
     std::string msg;
-    if (int err = declare(d->path, d->epoch.load(), &msg)) {
+    bool created = false;
+    if (int err = create_record(d->path, {e, !proven}, &created, &msg)) {
       *why = msg;
       return err;
+    }
+    if (!proven && created) {
+      msg = fmt::format(
+          "domain {} is at epoch {} here but etcd has no record of it (etcd wiped or restored "
+          "from an older snapshot?), and this member does not know every member acknowledged "
+          "it: published as pending; tokens at {} or above wait until `fencectl advance {} {}` "
+          "has every member's acknowledgement (or its fence hook succeeds)",
+          d->path, e, e, d->path, e);
+      log::error("cluster {}: {}", o_.name, msg);
+      audit("cluster_resync", "detected", "rollback", d->path, e, 0, msg);
+      apply(c, d->path, Value{e, true}, false);
+      continue;
     }
     std::lock_guard lk(follow_mu_);
     ack(c, *d);
@@ -376,12 +331,26 @@ int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
 
 int Cluster::join(std::string* why) {
   if (int err = check_identity(*ops_, true, why)) return err;
+  // A registration of this member's previous life (killed, its host lost) is not ours to end:
+  // what that life wrote may not be durable yet, and only an acknowledgement (a syncfs) or the
+  // fence hook may let an advance pass it.
+  std::optional<etcd::KeyValue> prior;
+  if (etcd::Status s = ops_->get(prefix_ + "members/" + o_.member, &prior); !s.ok()) {
+    *why = fmt::format("cluster {}: etcd: {}", o_.name, s.message);
+    return EIO;
+  }
   if (int err = register_member(*ops_, why)) return err;
   int64_t t0 = mono_ns();
   int64_t rev = 0;
   if (int err = resync(*ops_, &rev, why)) {
-    // Registered but not joined: a member key left behind would stall every advance.
-    leave();
+    // Registered but not joined: a member key we made would stall every advance.
+    if (!prior) {
+      leave();
+    } else {
+      etcd::TxnResult r;
+      (void)ops_->txn({}, {etcd::Op::Delete(prefix_ + "alive/" + o_.member)}, {}, &r);
+      if (int64_t l = lease_.exchange(0)) ops_->lease_revoke(l);
+    }
     return err;
   }
   watch_from_ = rev + 1;

@@ -73,6 +73,9 @@ class Cluster final : public fence::EpochAuthority {
   std::string ack_prefix(const std::string& path) const { return prefix_ + "ack" + path + "/@"; }
 
   int check_identity(etcd::Client& c, bool at_start, std::string* why);
+  int pin_backing(const std::string& mine, std::string* why);
+  // Creates a domain's record unless it exists; *created: whether this did.
+  int create_record(const std::string& path, Value v, bool* created, std::string* why);
   int register_member(etcd::Client& c, std::string* why);
   int resync(etcd::Client& c, int64_t* revision, std::string* why);
   // Applies one epoch record to the local view and acknowledges it. resync: the record is the
@@ -106,6 +109,7 @@ class Cluster final : public fence::EpochAuthority {
   std::atomic<int64_t> admit_until_ns_{0};
   std::atomic<bool> isolated_{true};
   std::atomic<bool> fenced_{false};
+  std::atomic<bool> founded_{false};  // this member created the cluster in etcd
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lease_{0};
   std::atomic<int64_t> watch_from_{0};
@@ -115,6 +119,7 @@ class Cluster final : public fence::EpochAuthority {
   std::map<std::string, fence::Epoch> committed_;    // highest committed epoch seen, by domain
   std::atomic<int64_t> max_revision_{0};             // highest etcd revision seen
   std::atomic<bool> resync_due_{false};              // the watch thread reads every record
+  std::atomic<bool> acks_lost_{false};               // etcd went back: acked_ says too much
   std::map<std::string, fence::Epoch> rolled_back_;  // domain -> local view above etcd's
   std::mutex state_mu_;
   std::string isolated_why_;

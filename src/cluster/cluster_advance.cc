@@ -30,17 +30,23 @@ using Millis = std::chrono::milliseconds;
 using fence::Domain;
 using fence::Epoch;
 
-int Cluster::declare(const std::string& path, Epoch epoch, std::string* why) {
+int Cluster::create_record(const std::string& path, Value v, bool* created, std::string* why) {
   etcd::TxnResult r;
   etcd::Compare cmp{epoch_key(path), etcd::Compare::Target::kCreate, etcd::Compare::Result::kEqual};
-  etcd::Status s =
-      ops_->txn({cmp}, {etcd::Op::Put(epoch_key(path), encode({epoch, false}))}, {}, &r);
+  etcd::Status s = ops_->txn({cmp}, {etcd::Op::Put(epoch_key(path), encode(v))}, {}, &r);
   if (!s.ok()) {
     *why =
         fmt::format("cluster {}: cannot declare domain {} in etcd: {}", o_.name, path, s.message);
     return EIO;
   }
-  if (r.succeeded) *why += "; declared for every member of cluster " + o_.name;
+  *created = r.succeeded;
+  return 0;
+}
+
+int Cluster::declare(const std::string& path, Epoch epoch, std::string* why) {
+  bool created = false;
+  if (int err = create_record(path, {epoch, false}, &created, why)) return err;
+  if (created) *why += "; declared for every member of cluster " + o_.name;
   return 0;
 }
 

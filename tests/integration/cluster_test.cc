@@ -635,6 +635,57 @@ TEST_F(ClusterTest, RestoredEtcdIsDetectedAndRefused) {
   EXPECT_EQ(slurp(bpath("f")), "new owner\n");
 }
 
+// etcd restored from a snapshot older than a domain while an advance of it waited for a paused
+// member (no hook): the advancing member declared the domain again at its own epoch as
+// committed, and a job under that epoch was admitted before the paused member had followed. It
+// is declared pending: the epoch waits for every member, as the advance did.
+TEST_F(ClusterTest, ADomainARestoredEtcdLacksIsDeclaredPendingWhereItsAdvanceWas) {
+  Etcd& etcd = this->etcd(1);
+  ASSERT_EQ(mkdir(bpath("d").c_str(), 0755), 0);
+  Node& n1 = node("m1", etcd.endpoints(), "ack_timeout=1");
+  Node& n2 = node("m2", etcd.endpoints(), "ack_timeout=1");
+  ASSERT_TRUE(etcd.snapshot_save(root_ + "/snap"));
+  ASSERT_EQ(n1.ctl("domain add /d"), 0);
+  ASSERT_TRUE(eventually([&] { return xattr(n2.path("d"), "user.fencefs.domain") == "/d"; }))
+      << n2.log();
+  ASSERT_EQ(n2.ctl("advance /d 5"), 0) << n2.log();
+  ASSERT_TRUE(freeze(n1.pid()));
+  EXPECT_EQ(n2.ctl("advance /d 6"), EIO) << n2.log();
+  ASSERT_TRUE(etcd.snapshot_restore(root_ + "/snap"));
+  const std::string key = "get --print-value-only /fencefs/clusters/c1/epoch/d";
+  EXPECT_TRUE(eventually([&] { return !etcd.etcdctl(key).empty(); })) << n2.log();
+  EXPECT_EQ(etcd.etcdctl(key), "6 pending\n") << n2.log();
+  auto job_d = [&](uint64_t token) {
+    return spawn_job(n2, 0, [&n2, token] {
+      if (n2.ctl("bind /d " + std::to_string(token))) return 200;
+      return append(n2.path("d/f"), "B\n");
+    });
+  };
+  EXPECT_EQ(wait_status(job_d(6)), EIO);  // not admitted before member 1 followed
+  EXPECT_NE(n2.log().find("published as pending"), std::string::npos) << n2.log();
+  kill(n1.pid(), SIGCONT);
+  EXPECT_EQ(n2.ctl("advance /d 6"), 0) << n2.log();  // every member acknowledges now
+  EXPECT_EQ(wait_status(job_d(6)), 0);
+}
+
+// A member with a fresh state that reaches another etcd (a typo, a staging cluster) founds a
+// cluster of the same name there: it must not serve the BACKING that another cluster serves.
+TEST_F(ClusterTest, AMemberOfAnotherEtcdIsRefusedTheBacking) {
+  Etcd& etcd = this->etcd(1);
+  Node& n1 = node("m1", etcd.endpoints());
+  ASSERT_EQ(n1.ctl("advance / 5"), 0);
+  Etcd other(1);
+  std::string eps = other.endpoints();
+  std::replace(eps.begin(), eps.end(), ',', '+');
+  nodes_.push_back(std::make_unique<Node>(root_, backing_, "m3", "cluster=c1,etcd=" + eps));
+  Node& n3 = *nodes_.back();
+  EXPECT_EQ(n3.start(), 1) << n3.log();
+  EXPECT_NE(n3.log().find("BACKING is served by cluster"), std::string::npos) << n3.log();
+  // The member of the cluster that serves it still joins.
+  Node& n2 = node("m2", etcd.endpoints());
+  EXPECT_EQ(n2.epoch(), 5u);
+}
+
 // An advance waiting for a member's acknowledgement finds etcd's epoch gone back below it (etcd
 // restored from an older snapshot, or the key rewritten): it fails, and nothing is admitted under
 // the new epoch. Before, it took the older epoch for a completion elsewhere and reported success
