@@ -213,6 +213,9 @@ void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resy
   Domain* d = declare_local(path);
   if (!d) return;
   std::lock_guard lk(follow_mu_);
+  // Pending at our epoch on a full read: our acknowledgement may be gone (etcd restored), or
+  // never have been put. Put again.
+  if (resync && v.pending && v.epoch == d->epoch.load()) acked_.erase(path);
   // A pending record older than a commit already seen (a lagging watch) was committed since.
   fence::Epoch& committed = committed_[path];
   if (resync) committed = 0;
@@ -342,13 +345,18 @@ int Cluster::join(std::string* why) {
   if (int err = register_member(*ops_, why)) return err;
   int64_t t0 = mono_ns();
   int64_t rev = 0;
-  if (int err = resync(*ops_, &rev, why)) {
+  int err = resync(*ops_, &rev, why);
+  founded_ = false;  // a proof for this first read only: later ones may follow other members
+  if (err) {
     // Registered but not joined: a member key we made would stall every advance.
     if (!prior) {
       leave();
-    } else {
+    } else {  // as it was: a hook acts on the registration's pid, which is not ours
       etcd::TxnResult r;
-      (void)ops_->txn({}, {etcd::Op::Delete(prefix_ + "alive/" + o_.member)}, {}, &r);
+      (void)ops_->txn({},
+                      {etcd::Op::Put(prefix_ + "members/" + o_.member, prior->value),
+                       etcd::Op::Delete(prefix_ + "alive/" + o_.member)},
+                      {}, &r);
       if (int64_t l = lease_.exchange(0)) ops_->lease_revoke(l);
     }
     return err;

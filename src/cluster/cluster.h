@@ -74,6 +74,8 @@ class Cluster final : public fence::EpochAuthority {
 
   int check_identity(etcd::Client& c, bool at_start, std::string* why);
   int pin_backing(const std::string& mine, std::string* why);
+  // BACKING/.fencefs/cluster's "NAME ID"; 0 or errno (ENOENT: not pinned yet).
+  int pinned_cluster(std::string* out);
   // Creates a domain's record unless it exists; *created: whether this did.
   int create_record(const std::string& path, Value v, bool* created, std::string* why);
   int register_member(etcd::Client& c, std::string* why);
@@ -109,7 +111,7 @@ class Cluster final : public fence::EpochAuthority {
   std::atomic<int64_t> admit_until_ns_{0};
   std::atomic<bool> isolated_{true};
   std::atomic<bool> fenced_{false};
-  std::atomic<bool> founded_{false};  // this member created the cluster in etcd
+  std::atomic<bool> founded_{false};  // this join created the cluster in etcd (until its resync)
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> lease_{0};
   std::atomic<int64_t> watch_from_{0};

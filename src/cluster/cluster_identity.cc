@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <linux/openat2.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -21,10 +22,24 @@ std::string random_id() {
   return fmt::format("{:08x}{:08x}{:08x}{:08x}", rd(), rd(), rd(), rd());
 }
 
-// BACKING/.fencefs/cluster's first line; 0 or errno (ENOENT: none yet).
+// BACKING/.fencefs, never through a symlink; -1 and errno on failure.
+int open_marker_dir(int backing_fd) {
+  open_how how{};
+  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  return static_cast<int>(syscall(SYS_openat2, backing_fd, ".fencefs", &how, sizeof how));
+}
+
+// BACKING/.fencefs/cluster's first line; 0 or errno (ENOENT: none yet). A regular file only:
+// whatever else was planted there (a FIFO would block the reader) is refused.
 int read_pin(int dir, std::string* out) {
-  int fd = openat(dir, "cluster", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = openat(dir, "cluster", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return errno;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return EINVAL;
+  }
   char buf[512];
   ssize_t n = ::read(fd, buf, sizeof buf);
   int err = n < 0 ? errno : 0;
@@ -37,8 +52,12 @@ int read_pin(int dir, std::string* out) {
 
 }  // namespace
 
-// The cluster's identity: a random id created with the cluster and recorded by every member.
-// etcd without it (wiped, or restored from a snapshot older than the cluster) is refused.
+// The cluster's identity: a random id created with the cluster, recorded by every member's
+// state and by the BACKING it serves (BACKING/.fencefs/cluster, written once). etcd without it
+// (wiped, or restored from a snapshot older than the cluster), or another cluster's, is refused
+// before anything is written: a member with a fresh state that reaches another or a wiped etcd
+// would otherwise found a cluster of the same name there and enforce its own epochs on the data.
+// long: one decision per combination of what etcd, the state and BACKING record.
 int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
   std::string file = o_.state_dir + "/cluster";
   std::string local;
@@ -55,14 +74,25 @@ int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
     *why = fmt::format("cluster {}: etcd: {}", o_.name, s.message);
     return EIO;
   }
+  std::string pinned;
+  if (int err = pinned_cluster(&pinned); err && err != ENOENT) {
+    *why = fmt::format("cluster {}: cannot read BACKING/.fencefs/cluster: {}", o_.name,
+                       common::errstr(err));
+    return EIO;
+  }
+  const std::string refound = fmt::format(
+      "to found the cluster anew for this data, unmount every member and remove {} (every "
+      "member's STATE/cluster) and BACKING/.fencefs/cluster",
+      file);
   std::string want = o_.name + " ";
   if (!kv) {
-    if (!local.empty()) {
+    if (!local.empty() || !pinned.empty()) {
       *why = fmt::format(
-          "cluster {}: etcd has no record of this cluster, but this member joined it before "
-          "({}): etcd was wiped or restored from a snapshot older than the cluster. Restore "
-          "etcd, or remove {} to found the cluster anew from this member's epochs",
-          o_.name, local, file);
+          "cluster {}: etcd has no record of this cluster, but {} joined it ({}): etcd was "
+          "wiped, restored from a snapshot older than the cluster, or is not the cluster's. "
+          "Restore etcd or point etcd= at it; {}",
+          o_.name, !local.empty() ? "this member" : "BACKING's members",
+          !local.empty() ? local : pinned, refound);
       return EIO;
     }
     etcd::TxnResult r;
@@ -76,9 +106,17 @@ int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
     }
     log::info("cluster {}: {} the cluster (id {})", o_.name, r.succeeded ? "founded" : "joined",
               kv->value);
-    if (r.succeeded) founded_ = true;
+    if (r.succeeded && at_start) founded_ = true;  // for this join's resync only
   }
   std::string mine = want + kv->value;
+  if (!pinned.empty() && pinned != mine) {
+    *why = fmt::format(
+        "cluster {}: BACKING is served by cluster '{}' (BACKING/.fencefs/cluster), but etcd "
+        "holds '{}' (another etcd, or one wiped since): refusing to serve it with other epochs. "
+        "Point etcd= at that cluster's etcd; {}",
+        o_.name, pinned, mine, refound);
+    return EIO;
+  }
   if (local.empty()) {
     std::string tmp = file + ".tmp";
     int fd = common::anchored_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -100,55 +138,49 @@ int Cluster::check_identity(etcd::Client& c, bool at_start, std::string* why) {
         o_.name, local, mine);
     return EIO;
   }
-  (void)at_start;
-  return pin_backing(mine, why);
+  return pinned.empty() ? pin_backing(mine, why) : 0;
 }
 
-// BACKING records the cluster that serves it, once: a member with a fresh state that reaches
-// another etcd (a typo, a staging cluster) or a wiped one founds a cluster of the same name
-// there, and would enforce its own epochs on the same data.
+int Cluster::pinned_cluster(std::string* out) {
+  int dir = open_marker_dir(backing_fd_);
+  if (dir < 0) return errno;
+  int err = read_pin(dir, out);
+  ::close(dir);
+  return err;
+}
+
+// Records `mine` in BACKING/.fencefs/cluster, once: written aside under a name of its own and
+// linked into place, so that of two members pinning at once one wins, whole.
 int Cluster::pin_backing(const std::string& mine, std::string* why) {
-  open_how how{};
-  how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int dir = static_cast<int>(syscall(SYS_openat2, backing_fd_, ".fencefs", &how, sizeof how));
-  if (dir < 0) {
-    *why =
-        fmt::format("cluster {}: cannot open BACKING/.fencefs: {}", o_.name, common::errstr(errno));
-    return EIO;
-  }
+  int dir = open_marker_dir(backing_fd_);
+  int err = dir < 0 ? errno : 0;
   std::string pinned;
-  int err = read_pin(dir, &pinned);
-  if (err == ENOENT) {
-    // Written aside and linked into place: two members pinning at once, one wins, whole.
-    std::string tmp = fmt::format("cluster.{}.tmp", getpid());
-    int fd = openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (!err) {
+    std::string tmp = "cluster." + random_id() + ".tmp";
+    int fd = openat(dir, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     std::string text = mine + "\n";
     bool ok = fd >= 0 &&
               ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
               ::fsync(fd) == 0;
+    err = ok ? 0 : errno ? errno : EIO;
     if (fd >= 0) ::close(fd);
-    if (ok && linkat(dir, tmp.c_str(), dir, "cluster", 0) != 0 && errno != EEXIST) ok = false;
-    err = ok ? 0 : errno;
-    unlinkat(dir, tmp.c_str(), 0);
-    if (ok) {
+    if (ok && linkat(dir, tmp.c_str(), dir, "cluster", 0) != 0 && errno != EEXIST) err = errno;
+    if (fd >= 0) unlinkat(dir, tmp.c_str(), 0);
+    if (!err) {
       fsync(dir);
       err = read_pin(dir, &pinned);
     }
+    ::close(dir);
   }
-  ::close(dir);
   if (err) {
-    *why =
-        fmt::format("cluster {}: cannot read or record the cluster in BACKING/.fencefs/cluster: {}",
-                    o_.name, common::errstr(err));
+    *why = fmt::format("cluster {}: cannot record the cluster in BACKING/.fencefs/cluster: {}",
+                       o_.name, common::errstr(err));
     return EIO;
   }
   if (pinned != mine) {
     *why = fmt::format(
         "cluster {}: BACKING is served by cluster '{}' (BACKING/.fencefs/cluster), but etcd "
-        "holds '{}' (another etcd, or one wiped since): refusing to serve it with other epochs. "
-        "Point etcd= at that cluster's etcd; to found the cluster anew for this data, unmount "
-        "every member and remove BACKING/.fencefs/cluster and each member's STATE/cluster",
+        "holds '{}': another member pinned it meanwhile; refusing to serve it with other epochs",
         o_.name, pinned, mine);
     return EIO;
   }

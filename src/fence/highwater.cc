@@ -106,8 +106,9 @@ void HighWater::write_pass() {
     own = own_;
     dirty_ = false;
   }
-  // Other daemons on this storage (cluster members, one after another) write it too: keep the
-  // higher of theirs and ours, so a member that lags never lowers what another recorded.
+  // Other daemons on this storage (cluster members) write it too: keep the higher of theirs and
+  // ours, so a member that lags does not lower what another recorded (two writing at the same
+  // moment may lose one update, until either writes again).
   int err = 0;
   for (auto& [path, e] : root_copy(fd_, &err)) raise(cur, path, e);
   for (auto& [path, o] : own) {
@@ -126,7 +127,6 @@ void HighWater::write_pass() {
   std::string v = encode(cur);
   err = 0;
   if (!root_full_ && fsetxattr(fd_, kXattr, v.data(), v.size(), 0) != 0) err = errno;
-  bool reread = false;
   if (root_full_ || err == ENOSPC || err == E2BIG || err == ERANGE) {
     root_full_ = true;
     std::map<std::string, Epoch> rest;
@@ -139,10 +139,7 @@ void HighWater::write_pass() {
         held = fd >= 0 && fstat(fd, &st) == 0 && st.st_dev == it->second.root.dev &&
                st.st_ino == it->second.root.ino && own_copy(fd, path) >= e;
         if (fd >= 0) ::close(fd);
-        if (!held) {
-          it->second.written = 0;  // written again next pass
-          reread = true;
-        }
+        if (!held) it->second.written = 0;  // written again by the next pass
       }
       if (!held) rest.emplace(path, e);
     }
@@ -159,7 +156,6 @@ void HighWater::write_pass() {
     if (it == own_.end() || !(it->second.root == o.root)) continue;  // moved meanwhile
     it->second.written = o.written;
   }
-  if (reread) dirty_ = true;
 }
 
 bool HighWater::write_own(const std::string& domain, Root root, Epoch* epoch) {
