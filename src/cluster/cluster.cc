@@ -1,12 +1,10 @@
 #include "cluster/cluster.h"
 
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,7 +13,6 @@
 #include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <sstream>
 
 #include "cluster/clock.h"
@@ -273,10 +270,6 @@ void Cluster::apply(etcd::Client& c, const std::string& path, Value v, bool resy
 
 int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
   if (int err = check_identity(c, false, why)) return err;
-  if (acks_lost_.exchange(false)) {
-    std::lock_guard lk(follow_mu_);
-    acked_.clear();
-  }
   std::vector<etcd::KeyValue> kvs;
   etcd::Status s = c.get_prefix(prefix_ + "epoch/", &kvs, revision);
   if (!s.ok()) {
@@ -323,6 +316,10 @@ int Cluster::resync(etcd::Client& c, int64_t* revision, std::string* why) {
           d->path, e, e, d->path, e);
       log::error("cluster {}: {}", o_.name, msg);
       audit("cluster_resync", "detected", "rollback", d->path, e, 0, msg);
+      {
+        std::lock_guard lk(follow_mu_);
+        acked_.erase(d->path);  // a new record: no acknowledgement of it is in etcd
+      }
       apply(c, d->path, Value{e, true}, false);
       continue;
     }

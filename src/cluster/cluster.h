@@ -121,7 +121,6 @@ class Cluster final : public fence::EpochAuthority {
   std::map<std::string, fence::Epoch> committed_;    // highest committed epoch seen, by domain
   std::atomic<int64_t> max_revision_{0};             // highest etcd revision seen
   std::atomic<bool> resync_due_{false};              // the watch thread reads every record
-  std::atomic<bool> acks_lost_{false};               // etcd went back: acked_ says too much
   std::map<std::string, fence::Epoch> rolled_back_;  // domain -> local view above etcd's
   std::mutex state_mu_;
   std::string isolated_why_;

@@ -45,7 +45,6 @@ void Cluster::check_standing() {
   log::error("cluster {}: {}", o_.name, msg);
   audit("cluster_resync", "detected", "rollback", "", 0, 0, msg);
   max_revision_ = rev;
-  acks_lost_ = true;  // the acknowledgements etcd held may be gone with it: put again
   resync_due_ = true;
 }
 

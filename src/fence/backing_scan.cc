@@ -138,7 +138,6 @@ StampScan scan_stamps(const std::string& backing) {
       });
   std::erase_if(out.highwater, [](const auto& kv) { return kv.second == 0; });
   for (auto& [p, e] : out.highwater) out.highest = std::max(out.highest, e);
-  out.highwater_marks = out.highwater.size();
   return out;
 }
 

@@ -45,7 +45,6 @@ std::map<std::string, uint64_t> read_highwater(const std::string& backing,
 struct StampScan {
   uint64_t highest = 0;                       // the highest epoch of any stamp or high-water entry
   uint64_t stamped_files = 0;                 // files with a well-formed stamp
-  uint64_t highwater_marks = 0;               // domains in the high-water copies
   std::map<std::string, uint64_t> highwater;  // the root's copy and every own copy found
 };
 // The highest stamp below BACKING and in its high-water copy.

@@ -71,7 +71,7 @@ uint64_t floor_for_new_state(const daemon::Settings& o, bool init) {
   const std::string &backing = o.backing, &state = o.state;
   const bool cluster_mode = o.cluster_mode;
   fence::StampScan scan = fence::scan_stamps(backing);
-  uint64_t highest = scan.highest, stamped = scan.stamped_files + scan.highwater_marks;
+  uint64_t highest = scan.highest, stamped = scan.stamped_files + scan.highwater.size();
   // A backing another daemon serves is refused as such, not as a lost state of this mount's.
   if (std::string who = stamped > 0 && !cluster_mode ? daemon::served_by(backing) : "";
       !who.empty())
