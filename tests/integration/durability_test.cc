@@ -223,32 +223,22 @@ TEST(Durability, RestoredOlderStateIsCaught) {
 // on ext4, which keeps all of an inode's xattrs in one 4 KiB block: a state restored from an
 // older copy was then not caught for any domain, not even "/".
 TEST(Durability, RestoredOlderStateIsCaughtWithManyDomains) {
-  char tmpl[] = "/tmp/fencefs-hwm-XXXXXX";
-  std::string dir = mkdtemp(tmpl), img = dir + "/disk.img";
-  ASSERT_EQ(0, sh("truncate -s 32M " + img + " && mkfs.ext4 -q -F -I 256 " + img));
-  struct Cleanup {  // after the Mount: its BACKING is unmounted before the tree is removed
-    std::string dir, backing, root;
-    ~Cleanup() {
-      if (!backing.empty()) sh("umount '" + backing + "' 2>/dev/null");
-      if (!root.empty()) sh("rm -rf '" + root + "'");
-      sh("rm -rf '" + dir + "'");
-    }
-  } cleanup{dir, "", ""};
+  Ext4Image disk("32M");
+  ASSERT_TRUE(disk.made());
   constexpr int kDomains = 80;
   auto domain = [](int i) { return fmt::format("/{:0>60}", i); };  // 61 characters
   bool prepared = true;
   Mount m({}, [&](const std::string& b) {
-    cleanup.backing = b;
-    prepared = sh("mount -o loop '" + img + "' '" + b + "'") == 0;
+    prepared = disk.mount_at(b);
     for (int i = 0; i < kDomains && prepared; i++)
       prepared = ::mkdir((b + domain(i)).c_str(), 0755) == 0;
   });
-  cleanup.root = m.root();
+  disk.remove_after(m.root());
   ASSERT_TRUE(prepared) << "loop devices are needed for this test";
   ASSERT_TRUE(m.mounted()) << m.daemon_log();
   for (int i = 0; i < kDomains; i++) ASSERT_EQ(0, m.ctl("domain add " + domain(i))) << i;
   ASSERT_EQ(0, m.unmount());
-  std::string old_state = dir + "/old-state";
+  std::string old_state = disk.dir() + "/old-state";
   ASSERT_EQ(0, sh("cp -a '" + m.bpath(".fencefs") + "' '" + old_state + "'"));
   ASSERT_TRUE(m.remount()) << m.daemon_log();
   std::vector<std::string> all{"/"};

@@ -1307,25 +1307,14 @@ TEST(Hardening, AnIssuersWriteCountsOnlyInAControlFileAnIssuerOpened) {
 // cannot take the reserved blocks, and an advance succeeds on the full disk, even after a root job
 // took the reserve too (the journal keeps room allocated ahead).
 TEST(Hardening, FullDiskCannotStopAnAdvance) {
-  char tmpl[] = "/tmp/fencefs-full-XXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::string img = dir + "/disk.img";
-  ASSERT_EQ(0, sh("truncate -s 48M " + img + " && mkfs.ext4 -q -F -m 10 -I 256 " + img));
-  struct Cleanup {
-    std::string dir, backing, root;
-    ~Cleanup() {
-      if (!backing.empty()) sh("umount '" + backing + "' 2>/dev/null");
-      if (!root.empty()) sh("rm -rf '" + root + "'");
-      sh("rm -rf '" + dir + "'");
-    }
-  } cleanup{dir, "", ""};
+  Ext4Image disk("48M", "-m 10");
+  ASSERT_TRUE(disk.made());
   bool loop_ok = true;
   Mount m({}, [&](const std::string& b) {
-    cleanup.backing = b;
-    loop_ok = sh("mount -o loop '" + img + "' '" + b + "'") == 0;
+    loop_ok = disk.mount_at(b);
     ::chmod(b.c_str(), 0777);
   });
-  cleanup.root = m.root();
+  disk.remove_after(m.root());
   ASSERT_TRUE(loop_ok) << "loop devices are needed for this test";
   ASSERT_TRUE(m.mounted());
   struct statvfs sv;

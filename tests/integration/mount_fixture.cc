@@ -237,6 +237,24 @@ Bait::~Bait() {
   if (!dir_.empty() && !is_mounted(mnt_)) sh("rm -rf '" + dir_ + "'");
 }
 
+Ext4Image::Ext4Image(const std::string& size, const std::string& options) : dir_(temp_dir("ext4")) {
+  std::string img = dir_ + "/disk.img";
+  made_ = !dir_.empty() && sh("truncate -s " + size + " '" + img + "' && mkfs.ext4 -q -F -I 256 " +
+                              options + " '" + img + "'") == 0;
+}
+
+bool Ext4Image::mount_at(const std::string& backing) {
+  if (!made_ || sh("mount -o loop '" + dir_ + "/disk.img' '" + backing + "'") != 0) return false;
+  backing_ = backing;
+  return true;
+}
+
+Ext4Image::~Ext4Image() {
+  if (!backing_.empty()) sh("umount '" + backing_ + "' 2>/dev/null");
+  if (!root_.empty() && !is_mounted(backing_)) sh("rm -rf '" + root_ + "'");
+  if (!dir_.empty()) sh("rm -rf '" + dir_ + "'");
+}
+
 Stuck::~Stuck() {
   kill(bait, SIGCONT);
   for (pid_t p : pids) waitpid(p, nullptr, 0);

@@ -67,6 +67,30 @@ class Bait {
   pid_t pid_ = -1;
 };
 
+// A small ext4 filesystem in an image file, for a Mount's prepare callback to mount over its
+// BACKING (xattrs in one block per inode, a root reserve). Declared before that Mount, so gone
+// after it: it then unmounts the image and removes the Mount's tree, which the Mount cannot
+// while the image is mounted in it.
+class Ext4Image {
+ public:
+  // size: for truncate(1) ("32M"); options: more mkfs.ext4 options ("-m 10").
+  Ext4Image(const std::string& size, const std::string& options = "");
+  ~Ext4Image();
+  Ext4Image(const Ext4Image&) = delete;
+  Ext4Image& operator=(const Ext4Image&) = delete;
+  bool made() const { return made_; }
+  // Mounts the image at `backing`; false when it cannot be (no loop devices).
+  bool mount_at(const std::string& backing);
+  // The Mount's tree, removed once the image is unmounted.
+  void remove_after(const std::string& root) { root_ = root; }
+  // Scratch space beside the image, off the mounted filesystem.
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, backing_, root_;
+  bool made_ = false;
+};
+
 // Children left blocked behind a stopped Bait. Declared after the Mount they are blocked in:
 // gone first, it lets the bait run again and reaps them, so that the Mount can unmount.
 struct Stuck {
